@@ -1,0 +1,16 @@
+# Warnings, floating-point discipline, CPU tuning and sanitizers for every kiln target.
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  add_compile_options(-Wall -Wextra -Wshadow=local -Wno-unused-parameter)
+  # The reference quantizers must round exactly like the GGML C reference and
+  # numpy: no silent fusing of a*b+c into FMA. SIMD kernels use FMA explicitly.
+  add_compile_options(-ffp-contract=off)
+  if(KILN_NATIVE)
+    add_compile_options(-march=native)
+  endif()
+  if(KILN_SANITIZE)
+    add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+    add_link_options(-fsanitize=address,undefined)
+  endif()
+elseif(MSVC)
+  add_compile_options(/W4 /fp:precise /utf-8)
+endif()

@@ -1,0 +1,144 @@
+// Quantized block layouts, bit-compatible with GGUF files written by the GGML
+// ecosystem. This is the ONE place these layouts are defined: the reference
+// quantizers, every CPU SIMD kernel and every GPU backend include this header.
+// Sizes are static_asserted so a layout change cannot go unnoticed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln {
+
+using fp16_t = uint16_t;  // IEEE 754 binary16 bits
+using bf16_t = uint16_t;  // bfloat16 bits (upper half of a float32)
+
+constexpr int QK4_0 = 32;
+constexpr int QK4_1 = 32;
+constexpr int QK5_0 = 32;
+constexpr int QK5_1 = 32;
+constexpr int QK8_0 = 32;
+constexpr int QK8_1 = 32;
+constexpr int QK4_NL = 32;
+constexpr int QK_K = 256;            // super-block size of the K-quants
+constexpr int K_SCALE_SIZE = 12;     // packed 6-bit scales/mins of Q4_K, Q5_K
+
+// x = d * (q - 8), q in [0, 15]; element j in low nibble of qs[j], j+16 in high nibble.
+struct block_q4_0 {
+    fp16_t d;
+    uint8_t qs[QK4_0 / 2];
+};
+static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
+
+// x = d * q + m, q in [0, 15]; nibble order as q4_0.
+struct block_q4_1 {
+    fp16_t d;
+    fp16_t m;
+    uint8_t qs[QK4_1 / 2];
+};
+static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
+
+// x = d * (q - 16), q in [0, 31]; low 4 bits as q4_0, bit 4 of element j in bit j of qh.
+struct block_q5_0 {
+    fp16_t d;
+    uint8_t qh[4];
+    uint8_t qs[QK5_0 / 2];
+};
+static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
+
+// x = d * q + m, q in [0, 31]; bits as q5_0.
+struct block_q5_1 {
+    fp16_t d;
+    fp16_t m;
+    uint8_t qh[4];
+    uint8_t qs[QK5_1 / 2];
+};
+static_assert(sizeof(block_q5_1) == 24, "block_q5_1 size");
+
+// x = d * q, q in [-127, 127].
+struct block_q8_0 {
+    fp16_t d;
+    int8_t qs[QK8_0];
+};
+static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
+
+// Activation format for the *_1 dot products: s = d * sum(qs).
+// (gguf-py's size table says 40 bytes, the historic float layout; the GGML C
+// library, which defines the format, has used 2 x fp16 = 36 bytes since 2023.
+// Q8_1 never occurs in model files.)
+struct block_q8_1 {
+    fp16_t d;
+    fp16_t s;
+    int8_t qs[QK8_1];
+};
+static_assert(sizeof(block_q8_1) == 36, "block_q8_1 size");
+
+// x = d * kvalues_iq4nl[q], q in [0, 15]; nibble order as q4_0.
+struct block_iq4_nl {
+    fp16_t d;
+    uint8_t qs[QK4_NL / 2];
+};
+static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl size");
+
+// The non-linear 4-bit grid of IQ4_NL.
+inline constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+// 16 sub-blocks of 16; scales[i]: low nibble 4-bit scale, high nibble 4-bit min.
+// x = d * sc * q - dmin * m, q in [0, 3] (2 bits, 4 per byte in qs).
+struct block_q2_K {
+    uint8_t scales[QK_K / 16];
+    uint8_t qs[QK_K / 4];
+    fp16_t d;
+    fp16_t dmin;
+};
+static_assert(sizeof(block_q2_K) == 84, "block_q2_K size");
+
+// 16 sub-blocks of 16, 6-bit signed scales (offset 32) packed in 12 bytes;
+// q = low 2 bits from qs, high bit from hmask (set means +0, clear means -4).
+// x = d * (sc - 32) * (q - 4 * !hbit).
+struct block_q3_K {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[12];
+    fp16_t d;
+};
+static_assert(sizeof(block_q3_K) == 110, "block_q3_K size");
+
+// 8 sub-blocks of 32; 6-bit scale and min per sub-block packed in scales[12].
+// x = d * sc * q - dmin * m, q in [0, 15].
+struct block_q4_K {
+    fp16_t d;
+    fp16_t dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
+
+// As q4_K with a fifth bit per element in qh.
+struct block_q5_K {
+    fp16_t d;
+    fp16_t dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(block_q5_K) == 176, "block_q5_K size");
+
+// 16 sub-blocks of 16, int8 scales; q = 4 low bits (ql) + 2 high bits (qh), x = d * sc * (q - 32).
+struct block_q6_K {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    fp16_t d;
+};
+static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
+
+// Activation format for the K-quant dot products; bsums[i] = sum of qs[16 i .. 16 i + 15].
+struct block_q8_K {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+};
+static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
+
+}  // namespace kiln
