@@ -77,9 +77,10 @@ TEST(Quant, RejectsBadSizes) {
     EXPECT_THROW(kiln::quantize(kiln::Type::IQ2_XXS, x.data(), out.data(), 1, 256), std::invalid_argument);
 }
 
-// Symmetric and affine legacy formats on random data: the error of each
-// element is at most half a quantization step (plus fp16 rounding of the scale).
-TEST(Quant, LegacyErrorWithinHalfStep) {
+// Legacy formats on random data: each element's error is bounded by the
+// format's step: half a step for rounding, a whole step for the one value the
+// symmetric 4/5-bit formats clamp (the grid has one level more below zero).
+TEST(Quant, LegacyErrorWithinStep) {
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int n = 32 * 64;
@@ -87,10 +88,13 @@ TEST(Quant, LegacyErrorWithinHalfStep) {
     for (auto& v : x) v = nd(rng);
     struct Case {
         kiln::Type t;
-        float levels;
+        bool affine;
+        float levels;  // steps across the range: |max| / levels for symmetric, (max - min) / levels for affine
+        float bound;   // allowed error in steps
     };
-    for (auto c : {Case{kiln::Type::Q4_0, 15}, Case{kiln::Type::Q4_1, 15}, Case{kiln::Type::Q5_0, 31},
-                   Case{kiln::Type::Q5_1, 31}, Case{kiln::Type::Q8_0, 254}}) {
+    for (auto c : {Case{kiln::Type::Q4_0, false, 8, 1.0f}, Case{kiln::Type::Q4_1, true, 15, 0.5f},
+                   Case{kiln::Type::Q5_0, false, 16, 1.0f}, Case{kiln::Type::Q5_1, true, 31, 0.5f},
+                   Case{kiln::Type::Q8_0, false, 127, 0.5f}}) {
         std::vector<uint8_t> q(kiln::row_size(c.t, n));
         kiln::quantize(c.t, x.data(), q.data(), 1, n);
         kiln::dequantize_row(c.t, q.data(), y.data(), n);
@@ -100,10 +104,9 @@ TEST(Quant, LegacyErrorWithinHalfStep) {
                 lo = std::min(lo, x[b * 32 + j]);
                 hi = std::max(hi, x[b * 32 + j]);
             }
-            const float range = std::max(hi, -lo) * 2 > hi - lo ? std::max(hi, -lo) * 2 : hi - lo;
-            const float step = range / c.levels;
+            const float step = (c.affine ? hi - lo : std::max(hi, -lo)) / c.levels;
             for (int j = 0; j < 32; ++j) {
-                ASSERT_LE(std::fabs(x[b * 32 + j] - y[b * 32 + j]), 0.5f * step * 1.01f + 1e-3f)
+                ASSERT_LE(std::fabs(x[b * 32 + j] - y[b * 32 + j]), c.bound * step * 1.01f + 1e-3f)
                     << kiln::type_name(c.t) << " block " << b;
             }
         }
