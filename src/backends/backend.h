@@ -1,0 +1,50 @@
+// The interface every compute backend implements (cpu now; cuda, vulkan later).
+//
+// A backend owns memory (buffers) and runs graph nodes whose tensors live in
+// memory it can address. The Scheduler (scheduler.h) assigns nodes to
+// backends, allocates their memory and moves data between them.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/tensor.h"
+
+namespace kiln {
+
+struct DeviceMemory {
+    size_t free = 0;
+    size_t total = 0;
+};
+
+// A block of backend memory.
+class Buffer {
+public:
+    virtual ~Buffer() = default;
+    // Address of the memory as tensors store it in Tensor::data (a host pointer for host buffers,
+    // a device address otherwise).
+    virtual void* base() = 0;
+    virtual size_t size() const = 0;
+    // Host <-> buffer copies (offsets relative to base()).
+    virtual void write(size_t offset, const void* src, size_t bytes) = 0;
+    virtual void read(size_t offset, void* dst, size_t bytes) const = 0;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual std::string_view name() const = 0;
+    // True if the CPU can address this backend's buffers directly (no copies needed).
+    virtual bool is_host() const = 0;
+    // True if the backend can compute this node (its op, types and shapes).
+    virtual bool supports_op(const Tensor& node) const = 0;
+    virtual std::unique_ptr<Buffer> alloc_buffer(size_t bytes) = 0;
+    // Runs the nodes in order; every tensor they touch is in memory this backend addresses.
+    virtual void compute(std::span<Tensor* const> nodes) = 0;
+    virtual DeviceMemory memory() const = 0;
+};
+
+}  // namespace kiln

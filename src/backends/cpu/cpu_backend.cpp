@@ -1,0 +1,132 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/ops.h"
+#include "core/quant.h"
+
+namespace kiln::cpu {
+namespace {
+
+// Host memory aligned for the widest SIMD loads (and huge-page friendly sizes).
+class HostBuffer final : public Buffer {
+public:
+    explicit HostBuffer(size_t bytes) : size_(bytes) {
+        constexpr size_t kAlign = 64;
+        const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+        data_ = rounded ? ::operator new(rounded, std::align_val_t{kAlign}) : nullptr;
+    }
+    ~HostBuffer() override {
+        if (data_) ::operator delete(data_, std::align_val_t{64});
+    }
+    void* base() override { return data_; }
+    size_t size() const override { return size_; }
+    void write(size_t off, const void* src, size_t n) override { std::memcpy(static_cast<uint8_t*>(data_) + off, src, n); }
+    void read(size_t off, void* dst, size_t n) const override { std::memcpy(dst, static_cast<const uint8_t*>(data_) + off, n); }
+
+private:
+    void* data_;
+    size_t size_;
+};
+
+using OpFn = void (*)(const Tensor&, ComputeContext&);
+
+OpFn op_fn(Op op) {
+    switch (op) {
+        case Op::GetRows: return op_get_rows;
+        case Op::MulMat: return op_mul_mat;
+        case Op::Add: return op_add;
+        case Op::Mul: return op_mul;
+        case Op::Scale: return op_scale;
+        case Op::RmsNorm: return op_rms_norm;
+        case Op::Rope: return op_rope;
+        case Op::Silu:
+        case Op::GeluTanh: return op_unary;
+        case Op::SwiGlu:
+        case Op::GeGlu: return op_glu;
+        case Op::SoftMax: return op_soft_max;
+        case Op::Attention: return op_attention;
+        case Op::StoreRows: return op_store_rows;
+        default: return nullptr;
+    }
+}
+
+bool rows_f32(const Tensor* t) { return t && t->type == Type::F32 && t->nb[0] == sizeof(float); }
+
+}  // namespace
+
+CpuBackend::CpuBackend(CpuBackendOptions opts) : pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores()) {}
+
+bool CpuBackend::supports_op(const Tensor& t) const {
+    switch (t.op) {
+        case Op::None:
+        case Op::View:
+            return true;
+        case Op::MulMat: {
+            try {
+                const auto& k = kernels(t.src[0]->type);
+                return k.vec_dot && rows_f32(t.src[1]) && t.src[0]->ne[0] % traits(k.vec_dot_type).block_size == 0;
+            } catch (const std::exception&) {
+                return false;
+            }
+        }
+        case Op::GetRows:
+            return has_reference(t.src[0]->type) || t.src[0]->type == Type::F32;
+        case Op::StoreRows:
+            return has_reference(t.type) && rows_f32(t.src[1]);
+        case Op::Attention:
+            return has_reference(t.src[1]->type) && has_reference(t.src[2]->type) && rows_f32(t.src[0]);
+        default:
+            return op_fn(t.op) != nullptr;
+    }
+}
+
+std::unique_ptr<Buffer> CpuBackend::alloc_buffer(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+
+void CpuBackend::compute(std::span<Tensor* const> nodes) {
+    const int nth = pool_.size();
+    size_t need = 0;
+    for (const Tensor* n : nodes) {
+        if (n->op == Op::View || n->op == Op::None) continue;
+        if (!op_fn(n->op)) throw std::runtime_error("CPU backend: op " + std::string(op_name(n->op)) + " of '" + n->name + "' is not supported");
+        need = std::max(need, scratch_bytes(*n, nth));
+    }
+    if (scratch_.size() < need) scratch_.resize(need);
+    pool_.run([&](int ith, int n_threads) {
+        ComputeContext ctx;
+        ctx.ith = ith;
+        ctx.nth = n_threads;
+        ctx.barrier = [this] { pool_.barrier(); };
+        ctx.scratch = scratch_.data();
+        ctx.scratch_size = scratch_.size();
+        for (const Tensor* n : nodes) {
+            const OpFn fn = op_fn(n->op);
+            if (!fn) continue;  // views: nothing to compute
+            fn(*n, ctx);
+            pool_.barrier();
+        }
+    });
+}
+
+DeviceMemory CpuBackend::memory() const {
+    DeviceMemory m;
+#if defined(__linux__)
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    size_t kb = 0;
+    std::string unit;
+    while (f >> key >> kb >> unit) {
+        if (key == "MemTotal:") m.total = kb * 1024;
+        if (key == "MemAvailable:") m.free = kb * 1024;
+    }
+#endif
+    return m;
+}
+
+}  // namespace kiln::cpu

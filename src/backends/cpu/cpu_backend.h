@@ -1,0 +1,34 @@
+// The CPU backend: host memory, the engine's thread pool, and the kernels of
+// the instruction set chosen at run time.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/cpu/thread_pool.h"
+
+namespace kiln::cpu {
+
+struct CpuBackendOptions {
+    int n_threads = 0;  // 0: physical cores
+};
+
+class CpuBackend final : public Backend {
+public:
+    explicit CpuBackend(CpuBackendOptions opts = {});
+    std::string_view name() const override { return "CPU"; }
+    bool is_host() const override { return true; }
+    bool supports_op(const Tensor& node) const override;
+    std::unique_ptr<Buffer> alloc_buffer(size_t bytes) override;
+    void compute(std::span<Tensor* const> nodes) override;
+    DeviceMemory memory() const override;
+
+    int n_threads() const { return pool_.size(); }
+
+private:
+    ThreadPool pool_;
+    std::vector<uint8_t> scratch_;  // grows to the largest need seen
+};
+
+}  // namespace kiln::cpu

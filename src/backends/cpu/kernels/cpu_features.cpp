@@ -1,0 +1,305 @@
+// CPU feature detection and run-time choice of the kernel set.
+//
+// A feature counts as present only if the CPU has it AND the operating system
+// saves the register state it needs (x86: XCR0 via XGETBV), so that a kernel
+// set is never chosen on a machine or VM where its instructions would fault.
+// Detection runs once (a function-local static: initialised thread-safely on
+// first use) and is the only state this file keeps.
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "backends/cpu/kernels/kernels.h"
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
+#define KILN_CPUID_X86 1
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+#include <immintrin.h>
+#else
+#include <cpuid.h>
+#endif
+#elif defined(__aarch64__) || defined(_M_ARM64)
+#define KILN_CPUID_ARM64 1
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#elif defined(_WIN32)
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#elif defined(__linux__) || defined(__ANDROID__)
+#include <sys/auxv.h>
+#endif
+#endif
+
+namespace kiln::cpu {
+
+// Kernel tables, one per instruction-set file. Each returns null for a type
+// its set does not accelerate. The SIMD ones may only be called once the
+// matching ISA is known to be supported: their code is compiled for it.
+namespace detail {
+const TypeKernels* scalar_kernels(Type t);
+#if defined(KILN_ARCH_X86)
+const TypeKernels* avx2_kernels(Type t, const CpuFeatures& f);
+const TypeKernels* avx512_kernels(Type t, const CpuFeatures& f);
+#endif
+#if defined(KILN_ARCH_ARM64)
+const TypeKernels* neon_kernels(Type t, const CpuFeatures& f);
+#endif
+}  // namespace detail
+
+namespace {
+
+struct Detected {
+    CpuFeatures f;
+    // AVX-512DQ is not part of the public feature struct, but the AVX-512
+    // kernel file is compiled with -mavx512dq, so the set requires it.
+    bool avx512dq = false;
+};
+
+#if defined(KILN_CPUID_X86)
+
+struct Regs {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+};
+
+Regs cpuid(unsigned leaf, unsigned sub) {
+    Regs r;
+#if defined(_MSC_VER) && !defined(__clang__)
+    int v[4];
+    __cpuidex(v, static_cast<int>(leaf), static_cast<int>(sub));
+    r.eax = static_cast<unsigned>(v[0]);
+    r.ebx = static_cast<unsigned>(v[1]);
+    r.ecx = static_cast<unsigned>(v[2]);
+    r.edx = static_cast<unsigned>(v[3]);
+#else
+    if (!__get_cpuid_count(leaf, sub, &r.eax, &r.ebx, &r.ecx, &r.edx)) return Regs{};
+#endif
+    return r;
+}
+
+// XCR0: which register states the OS saves on context switches. Only valid
+// to execute when CPUID reports OSXSAVE.
+unsigned long long xgetbv0() {
+#if defined(_MSC_VER) && !defined(__clang__)
+    return _xgetbv(0);
+#else
+    unsigned eax = 0, edx = 0;
+    // Raw opcode rather than the _xgetbv intrinsic, which would need -mxsave.
+    __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(eax), "=d"(edx) : "c"(0));
+    return (static_cast<unsigned long long>(edx) << 32) | eax;
+#endif
+}
+
+inline bool bit(unsigned v, int b) { return (v >> b) & 1u; }
+
+Detected detect() {
+    Detected d;
+    const unsigned max_leaf = cpuid(0, 0).eax;
+    if (max_leaf < 1) return d;
+    const Regs l1 = cpuid(1, 0);
+    const bool osxsave = bit(l1.ecx, 27);
+    const bool avx = bit(l1.ecx, 28);
+    if (!osxsave || !avx) return d;
+    const unsigned long long xcr0 = xgetbv0();
+    const bool os_avx = (xcr0 & 0x6) == 0x6;      // XMM + YMM state
+    const bool os_avx512 = (xcr0 & 0xe6) == 0xe6;  // + opmask, ZMM_Hi256, Hi16_ZMM
+    if (!os_avx) return d;
+    d.f.fma = bit(l1.ecx, 12);
+    d.f.f16c = bit(l1.ecx, 29);
+    if (max_leaf < 7) return d;
+    const Regs l7 = cpuid(7, 0);
+    d.f.avx2 = bit(l7.ebx, 5);
+    if (os_avx512) {
+        d.f.avx512f = bit(l7.ebx, 16);
+        d.avx512dq = bit(l7.ebx, 17);
+        d.f.avx512bw = bit(l7.ebx, 30);
+        d.f.avx512vl = bit(l7.ebx, 31);
+        d.f.avx512vnni = bit(l7.ecx, 11);
+        if (l7.eax >= 1) d.f.avx512bf16 = bit(cpuid(7, 1).eax, 5);
+    }
+    return d;
+}
+
+#elif defined(KILN_CPUID_ARM64)
+
+Detected detect() {
+    Detected d;
+    d.f.neon = true;  // Advanced SIMD is mandatory in ARMv8-A (AArch64)
+#if defined(__APPLE__)
+    auto has = [](const char* name) {
+        int v = 0;
+        size_t len = sizeof(v);
+        return sysctlbyname(name, &v, &len, nullptr, 0) == 0 && v != 0;
+    };
+    d.f.dotprod = has("hw.optional.arm.FEAT_DotProd");
+    d.f.i8mm = has("hw.optional.arm.FEAT_I8MM");
+#elif defined(_WIN32)
+#ifndef PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE
+#define PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE 43
+#endif
+    d.f.dotprod = IsProcessorFeaturePresent(PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE) != 0;
+#elif defined(__linux__) || defined(__ANDROID__)
+    // Bit values from the kernel ABI (asm/hwcap.h), spelt out so that old
+    // headers without the newer names still build.
+    constexpr unsigned long kHwcapAsimd = 1ul << 1, kHwcapAsimdDp = 1ul << 20, kHwcap2I8mm = 1ul << 13;
+    const unsigned long hw = getauxval(AT_HWCAP);
+    const unsigned long hw2 = getauxval(AT_HWCAP2);
+    d.f.neon = (hw & kHwcapAsimd) != 0;
+    d.f.dotprod = d.f.neon && (hw & kHwcapAsimdDp) != 0;
+    d.f.i8mm = d.f.neon && (hw2 & kHwcap2I8mm) != 0;
+#endif
+    return d;
+}
+
+#else
+
+Detected detect() { return Detected{}; }
+
+#endif
+
+const Detected& detected() {
+    static const Detected d = detect();
+    return d;
+}
+
+// Reads KILN_CPU; empty when unset.
+std::string env_kiln_cpu() {
+#if defined(_MSC_VER)
+    char* buf = nullptr;
+    size_t len = 0;
+    std::string v;
+    if (_dupenv_s(&buf, &len, "KILN_CPU") == 0 && buf) {
+        v = buf;
+        std::free(buf);
+    }
+    return v;
+#else
+    const char* v = std::getenv("KILN_CPU");
+    return v ? std::string(v) : std::string();
+#endif
+}
+
+std::string supported_list() {
+    std::string s;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
+        if (!isa_supported(isa)) continue;
+        if (!s.empty()) s += ", ";
+        s += isa_name(isa);
+    }
+    return s;
+}
+
+Isa best_isa() {
+    for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Neon}) {
+        if (isa_supported(isa)) return isa;
+    }
+    return Isa::Scalar;
+}
+
+}  // namespace
+
+std::string_view isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::Scalar: return "scalar";
+        case Isa::Avx2: return "avx2";
+        case Isa::Avx512: return "avx512";
+        case Isa::Neon: return "neon";
+    }
+    return "unknown";
+}
+
+const CpuFeatures& cpu_features() { return detected().f; }
+
+bool isa_supported(Isa isa) {
+    const Detected& d = detected();
+    const CpuFeatures& f = d.f;
+    switch (isa) {
+        case Isa::Scalar: return true;
+        case Isa::Avx2:
+#if defined(KILN_ARCH_X86)
+            return f.avx2 && f.fma && f.f16c;
+#else
+            return false;
+#endif
+        case Isa::Avx512:
+            // The AVX-512 file is also compiled with AVX2/FMA/F16C enabled.
+#if defined(KILN_ARCH_X86)
+            return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && d.avx512dq;
+#else
+            return false;
+#endif
+        case Isa::Neon:
+#if defined(KILN_ARCH_ARM64)
+            return f.neon;
+#else
+            return false;
+#endif
+    }
+    return false;
+}
+
+Isa selected_isa() {
+    const std::string v = env_kiln_cpu();
+    if (v.empty() || v == "auto") return best_isa();
+    Isa isa;
+    if (v == "scalar") {
+        isa = Isa::Scalar;
+    } else if (v == "avx2") {
+        isa = Isa::Avx2;
+    } else if (v == "avx512") {
+        isa = Isa::Avx512;
+    } else if (v == "neon") {
+        isa = Isa::Neon;
+    } else {
+        throw std::runtime_error("KILN_CPU=" + v +
+                                 ": unknown instruction set (expected auto, scalar, avx2, avx512 or neon)");
+    }
+    if (!isa_supported(isa)) {
+        throw std::runtime_error("KILN_CPU=" + v + ": this CPU or build cannot run it (supported here: " +
+                                 supported_list() + ")");
+    }
+    return isa;
+}
+
+const TypeKernels& kernels(Type weight_type, Isa isa) {
+    if (!isa_supported(isa)) {
+        throw std::runtime_error("kernels: instruction set " + std::string(isa_name(isa)) +
+                                 " is not supported by this CPU or build");
+    }
+    [[maybe_unused]] const CpuFeatures& f = cpu_features();
+    const TypeKernels* k = nullptr;
+    switch (isa) {
+        case Isa::Avx512:
+#if defined(KILN_ARCH_X86)
+            k = detail::avx512_kernels(weight_type, f);
+            // Types without an AVX-512 kernel use the AVX2 one (every
+            // AVX-512 CPU has AVX2; isa_supported checked it).
+            if (!k) k = detail::avx2_kernels(weight_type, f);
+#endif
+            break;
+        case Isa::Avx2:
+#if defined(KILN_ARCH_X86)
+            k = detail::avx2_kernels(weight_type, f);
+#endif
+            break;
+        case Isa::Neon:
+#if defined(KILN_ARCH_ARM64)
+            k = detail::neon_kernels(weight_type, f);
+#endif
+            break;
+        case Isa::Scalar: break;
+    }
+    if (!k) k = detail::scalar_kernels(weight_type);
+    if (!k) {
+        throw std::invalid_argument("kernels: no CPU matmul kernel for type " + std::string(type_name(weight_type)));
+    }
+    return *k;
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,48 @@
+// CPU dot-product kernels for matrix multiplication, one table per instruction
+// set (scalar reference, AVX2, AVX-512, NEON), chosen once at run time from the
+// CPU's features. Each weight type is multiplied against activations
+// converted ("quantized on the fly") to its vec_dot_type: Q8_0 for the 32-block
+// formats, Q8_K for the K-quants, F16/BF16/F32 for the float formats.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/types.h"
+
+namespace kiln::cpu {
+
+// Converts n floats (a multiple of the vec_dot_type's block size) of one activation row.
+using FromFloatFn = void (*)(const float* x, void* y, int64_t n);
+// s = dot(weights row x, activation row y) over n elements.
+using VecDotFn = void (*)(int64_t n, float* s, const void* x, const void* y);
+
+struct TypeKernels {
+    Type vec_dot_type = Type::F32;
+    FromFloatFn from_float = nullptr;  // converts activations to vec_dot_type
+    VecDotFn vec_dot = nullptr;        // null: the type has no kernel in this set
+};
+
+enum class Isa : uint8_t { Scalar, Avx2, Avx512, Neon };
+std::string_view isa_name(Isa isa);
+
+// What this CPU can run (detected once, cheap to call).
+struct CpuFeatures {
+    bool avx2 = false, fma = false, f16c = false;
+    bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
+    bool neon = false, dotprod = false, i8mm = false;
+};
+const CpuFeatures& cpu_features();
+
+// The best instruction set this CPU supports, unless the environment variable
+// KILN_CPU (scalar | avx2 | avx512 | neon) forces one; forcing an unsupported
+// set is an error.
+Isa selected_isa();
+// Kernels of the given set for a weight type; falls back to the scalar entry
+// for types the set does not accelerate. Throws if the type has no kernel at all.
+const TypeKernels& kernels(Type weight_type, Isa isa);
+inline const TypeKernels& kernels(Type weight_type) { return kernels(weight_type, selected_isa()); }
+// True if the ISA can run on this CPU (for tests that loop over every set).
+bool isa_supported(Isa isa);
+
+}  // namespace kiln::cpu

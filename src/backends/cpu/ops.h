@@ -1,0 +1,46 @@
+// CPU implementations of the graph ops (internal to the CPU backend). Each op
+// runs on every thread of the pool at once and takes its share of the work
+// from (ith, nth); ops with several phases call ctx.barrier() between them.
+// Ops must not throw: the CPU backend validates nodes before computing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "core/tensor.h"
+
+namespace kiln::cpu {
+
+struct ComputeContext {
+    int ith = 0;
+    int nth = 1;
+    std::function<void()> barrier;  // synchronises all threads of the pool
+    uint8_t* scratch = nullptr;     // shared scratch, scratch_bytes(node) bytes (set per node)
+    size_t scratch_size = 0;
+};
+
+// Rows [begin, end) of n that thread ith of nth handles.
+inline void split_rows(int64_t n, int ith, int nth, int64_t& begin, int64_t& end) {
+    const int64_t per = (n + nth - 1) / nth;
+    begin = per * ith < n ? per * ith : n;
+    end = begin + per < n ? begin + per : n;
+}
+
+// Scratch memory a node needs, shared by all nth threads.
+size_t scratch_bytes(const Tensor& node, int nth);
+
+void op_get_rows(const Tensor& t, ComputeContext& ctx);
+void op_mul_mat(const Tensor& t, ComputeContext& ctx);
+void op_add(const Tensor& t, ComputeContext& ctx);
+void op_mul(const Tensor& t, ComputeContext& ctx);
+void op_scale(const Tensor& t, ComputeContext& ctx);
+void op_unary(const Tensor& t, ComputeContext& ctx);  // silu, gelu_tanh
+void op_glu(const Tensor& t, ComputeContext& ctx);    // swiglu, geglu
+void op_rms_norm(const Tensor& t, ComputeContext& ctx);
+void op_rope(const Tensor& t, ComputeContext& ctx);
+void op_soft_max(const Tensor& t, ComputeContext& ctx);
+void op_store_rows(const Tensor& t, ComputeContext& ctx);
+void op_attention(const Tensor& t, ComputeContext& ctx);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,97 @@
+// Matrix multiplication (weights of any type x F32 activations) and row gathers.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/ops.h"
+#include "core/quant.h"
+
+namespace kiln::cpu {
+
+void op_get_rows(const Tensor& t, ComputeContext& ctx) {
+    const Tensor& table = *t.src[0];
+    const auto* ids = static_cast<const int32_t*>(t.src[1]->data);
+    int64_t r0, r1;
+    split_rows(t.ne[1], ctx.ith, ctx.nth, r0, r1);
+    for (int64_t r = r0; r < r1; ++r) {
+        auto* out = reinterpret_cast<float*>(t.row(r));
+        if (table.type == Type::F32) {
+            std::memcpy(out, table.row(ids[r]), static_cast<size_t>(t.ne[0]) * sizeof(float));
+        } else {
+            dequantize_row(table.type, table.row(ids[r]), out, t.ne[0]);
+        }
+    }
+}
+
+namespace {
+
+// Activations converted to the weight type's vec_dot_type live in scratch, one
+// row per activation row; F32 activations with F32 weights are used in place.
+bool needs_conversion(const Tensor& t) { return kernels(t.src[0]->type).vec_dot_type != Type::F32; }
+
+}  // namespace
+
+size_t scratch_bytes(const Tensor& node, int nth) {
+    switch (node.op) {
+        case Op::MulMat: {
+            if (!needs_conversion(node)) return 0;
+            const Type vt = kernels(node.src[0]->type).vec_dot_type;
+            return row_size(vt, node.src[1]->ne[0]) * static_cast<size_t>(node.src[1]->nrows());
+        }
+        case Op::Attention: {
+            const Tensor& q = *node.src[0];
+            const Tensor& k = *node.src[1];
+            const Tensor& v = *node.src[2];
+            const int64_t n_rep = q.ne[1] / k.ne[1];
+            // per thread: k row, v row, n_rep accumulators of head_dim_v, n_rep running max and sum
+            const size_t per = static_cast<size_t>(k.ne[0] + v.ne[0] + n_rep * v.ne[0] + 2 * n_rep) * sizeof(float);
+            return per * static_cast<size_t>(nth);
+        }
+        default:
+            return 0;
+    }
+}
+
+void op_mul_mat(const Tensor& t, ComputeContext& ctx) {
+    const Tensor& w = *t.src[0];
+    const Tensor& x = *t.src[1];
+    const TypeKernels& k = kernels(w.type);
+    const int64_t K = w.ne[0], N = w.ne[1];
+    const int64_t M = x.nrows();
+    const size_t xrow_bytes = row_size(k.vec_dot_type, K);
+
+    // Phase 1: convert the activation rows once, shared by all threads.
+    const uint8_t* xq = nullptr;
+    if (k.vec_dot_type != Type::F32) {
+        int64_t r0, r1;
+        split_rows(M, ctx.ith, ctx.nth, r0, r1);
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+            k.from_float(reinterpret_cast<const float*>(x.row(i1, i2, i3)), ctx.scratch + r * xrow_bytes, K);
+        }
+        ctx.barrier();
+        xq = ctx.scratch;
+    }
+    auto xrow = [&](int64_t r) -> const void* {
+        if (xq) return xq + r * xrow_bytes;
+        const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+        return x.row(i1, i2, i3);
+    };
+
+    // Phase 2: each thread takes a range of weight rows; blocks of weight rows
+    // stay in cache while every activation row streams past them.
+    int64_t n0, n1;
+    split_rows(N, ctx.ith, ctx.nth, n0, n1);
+    constexpr int64_t kRowBlock = 16;
+    for (int64_t nb = n0; nb < n1; nb += kRowBlock) {
+        const int64_t ne = std::min(nb + kRowBlock, n1);
+        for (int64_t m = 0; m < M; ++m) {
+            const void* xr = xrow(m);
+            const int64_t i1 = m % t.ne[1], i2 = (m / t.ne[1]) % t.ne[2], i3 = m / (t.ne[1] * t.ne[2]);
+            auto* out = reinterpret_cast<float*>(t.row(i1, i2, i3));
+            for (int64_t n = nb; n < ne; ++n) k.vec_dot(K, out + n, w.row(n), xr);
+        }
+    }
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,97 @@
+#include "backends/cpu/thread_pool.h"
+
+#include <fstream>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace kiln::cpu {
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+    threads_.reserve(static_cast<size_t>(n_threads_ - 1));
+    for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::worker(int ith) {
+    uint64_t seen = 0;
+    for (;;) {
+        const std::function<void(int, int)>* job = nullptr;
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            wake_.wait(lock, [&] { return stop_ || job_generation_ != seen; });
+            if (stop_) return;
+            seen = job_generation_;
+            job = job_;
+        }
+        try {
+            (*job)(ith, n_threads_);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(error_mutex_);
+            if (!error_) error_ = std::current_exception();
+        }
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+    error_ = nullptr;
+    if (n_threads_ > 1) {
+        pending_.store(n_threads_ - 1, std::memory_order_release);
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            job_ = &fn;
+            ++job_generation_;
+        }
+        wake_.notify_all();
+    }
+    try {
+        fn(0, n_threads_);
+    } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+    }
+    while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void ThreadPool::barrier() {
+    if (n_threads_ == 1) return;
+    const uint32_t phase = barrier_phase_.load(std::memory_order_acquire);
+    if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == n_threads_ - 1) {
+        barrier_count_.store(0, std::memory_order_relaxed);
+        barrier_phase_.fetch_add(1, std::memory_order_acq_rel);
+        return;
+    }
+    // Spin briefly (phases are short), then yield so an oversubscribed machine still progresses.
+    int spins = 0;
+    while (barrier_phase_.load(std::memory_order_acquire) == phase) {
+        if (++spins > 2000) std::this_thread::yield();
+    }
+}
+
+int physical_cores() {
+#if defined(__linux__)
+    // Count distinct (physical id, core id) pairs.
+    std::ifstream f("/proc/cpuinfo");
+    std::set<std::pair<std::string, std::string>> cores;
+    std::string line, phys = "0";
+    while (std::getline(f, line)) {
+        if (line.rfind("physical id", 0) == 0) phys = line.substr(line.find(':') + 1);
+        if (line.rfind("core id", 0) == 0) cores.emplace(phys, line.substr(line.find(':') + 1));
+    }
+    if (!cores.empty()) return static_cast<int>(cores.size());
+#endif
+    const unsigned n = std::thread::hardware_concurrency();
+    return n ? static_cast<int>(n) : 1;
+}
+
+}  // namespace kiln::cpu

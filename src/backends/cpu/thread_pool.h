@@ -1,0 +1,51 @@
+// The engine's own thread pool: persistent workers that run one function on
+// every thread at once (the caller is thread 0) with a barrier between phases.
+// Graph compute runs all nodes inside one run() call, so threads are woken
+// once per graph rather than once per op.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kiln::cpu {
+
+class ThreadPool {
+public:
+    explicit ThreadPool(int n_threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int size() const { return n_threads_; }
+    // Runs fn(ith, nth) on every thread and returns when all are done. The first exception
+    // thrown by any thread is rethrown here (the other threads finish their call first).
+    void run(const std::function<void(int ith, int nth)>& fn);
+    // Waits until every thread of the current run() has reached the barrier.
+    void barrier();
+
+private:
+    void worker(int ith);
+    int n_threads_;
+    std::vector<std::thread> threads_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    const std::function<void(int, int)>* job_ = nullptr;
+    uint64_t job_generation_ = 0;   // guarded by mutex_
+    std::atomic<int> pending_{0};   // threads still inside the current job
+    bool stop_ = false;
+    // Sense-reversing barrier.
+    std::atomic<int> barrier_count_{0};
+    std::atomic<uint32_t> barrier_phase_{0};
+    std::exception_ptr error_;
+    std::mutex error_mutex_;
+};
+
+// Physical cores of this machine (logical CPUs when it cannot tell).
+int physical_cores();
+
+}  // namespace kiln::cpu

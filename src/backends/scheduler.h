@@ -1,0 +1,64 @@
+// Runs a graph over several backends: assigns each node to a backend (by its
+// layer, falling back to the last backend — the CPU — for ops a backend does
+// not support), cuts the node list into splits of one backend each, copies
+// tensors between backends where a split reads memory its backend cannot
+// address, and allocates intermediate results with reuse by liveness.
+//
+// Model code only tags nodes with their layer (Graph::set_layer); which layers
+// run where is the scheduler's placement function, so offloading N layers to a
+// GPU needs no change in model code.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/backend.h"
+#include "core/graph.h"
+
+namespace kiln {
+
+class Scheduler {
+public:
+    // backends: the last one must be a host backend that supports every op (the CPU).
+    // layer_backend: backend index for the nodes of a layer (-1 for nodes outside layers).
+    Scheduler(std::vector<Backend*> backends, std::function<int(int layer)> layer_backend);
+
+    // Declares that a leaf's data lives in a backend's memory (default: host memory).
+    void place_leaf(const Tensor* leaf, int backend);
+
+    // Assigns, allocates (graph inputs too, in host memory) and sets Tensor::data of every node.
+    // After this, fill the graph's inputs, then call compute().
+    void allocate(Graph& g);
+    void compute(Graph& g);
+
+    // Bytes of intermediate-result memory each backend holds (after allocate()).
+    std::vector<size_t> buffer_sizes() const;
+    // Number of splits of the last planned graph.
+    size_t n_splits() const { return splits_.size(); }
+    int backend_of(const Tensor* node) const;
+
+private:
+    struct Copy {
+        Tensor* from;      // tensor as computed elsewhere
+        Tensor* shadow;    // its copy in the split's backend memory
+    };
+    struct Split {
+        int backend;
+        std::vector<Tensor*> nodes;
+        std::vector<Copy> copies;                                  // done before the split runs
+        std::vector<std::pair<Tensor**, Tensor*>> src_rewrites;    // (slot, shadow) swapped in while it runs
+    };
+
+    int home_backend(const Tensor* t) const;  // where t's data lives
+    std::vector<Backend*> backends_;
+    std::function<int(int)> layer_backend_;
+    std::unordered_map<const Tensor*, int> leaf_backend_;
+    std::unordered_map<const Tensor*, int> node_backend_;
+    std::vector<Split> splits_;
+    std::vector<std::unique_ptr<Tensor>> shadows_;
+    std::vector<std::unique_ptr<Buffer>> arenas_;  // one per backend, grown as needed
+};
+
+}  // namespace kiln
