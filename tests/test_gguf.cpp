@@ -425,6 +425,8 @@ TEST(GgufValue, Rendering) {
     EXPECT_EQ(Value::str("a\"b\\c\n\x01").to_string(), "\"a\\\"b\\\\c\\n\\u0001\"");
     EXPECT_EQ(Value::str("\xe4\xb8\xad").to_string(), "\"\xe4\xb8\xad\"");
     EXPECT_EQ(Value::str("\xff").to_string(), "\"\\xff\"");
+    // Characters that some readers take as line breaks stay escaped.
+    EXPECT_EQ(Value::str("a\xe2\x80\xa8" "b\xc2\x85").to_string(), "\"a\\u2028b\\u0085\"");
     const Value long_arr = Value::array(ValueType::STRING, {Value::str("a"), Value::str("b"), Value::str("c")});
     EXPECT_EQ(long_arr.to_string(8), "[\"a\", \"b\", \"c\"]");
     EXPECT_EQ(long_arr.to_string(2), "[\"a\", \"b\", ... (3 items)]");

@@ -382,7 +382,9 @@ float encode_affine(const float* x, const float* w, const AffineSpec& s, const A
                     const float diff = xs[i] - (D * l - M);
                     err += ws[i] * diff * diff;
                 }
-                if (err < best) {
+                // The first candidate is always taken, so an overflowing error
+                // (absurd inputs) still leaves a complete encoding.
+                if (err < best || (a == sc0 && b == m0)) {
                     best = err;
                     out.sc[j] = static_cast<uint8_t>(a);
                     out.m[j] = static_cast<uint8_t>(b);
@@ -489,7 +491,7 @@ float encode_symmetric(const float* x, const float* w, const SymSpec& s, const S
                 const float diff = xs[i] - D * l;
                 err += ws[i] * diff * diff;
             }
-            if (err < best) {
+            if (err < best || c == c0) {  // first candidate always taken (see encode_affine)
                 best = err;
                 out.sc[j] = c;
                 std::memcpy(out.q + j * s.sub, q, s.sub);

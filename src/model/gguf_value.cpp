@@ -112,7 +112,15 @@ std::string quote_string(std::string_view s) {
             ++i;
             continue;
         }
-        out.append(s.substr(i, n));
+        // U+0085, U+2028 and U+2029 count as line breaks for many readers
+        // (Python's str.splitlines among them); escape them so one value
+        // stays on one line of output.
+        const std::string_view seq = s.substr(i, n);
+        if (seq == "\xc2\x85" || seq == "\xe2\x80\xa8" || seq == "\xe2\x80\xa9") {
+            out += seq.size() == 2 ? "\\u0085" : (seq[2] == '\xa8' ? "\\u2028" : "\\u2029");
+        } else {
+            out.append(seq);
+        }
         i += n;
     }
     out += '"';

@@ -26,6 +26,7 @@ struct Shape {
     int n_ff = 512;
     int n_ctx = 2048;
     int head_dim = 0;  // default n_embd / n_head
+    int sliding_window = 0;  // gemma3: default 512
 };
 
 // Named shapes. `1b` is the TinyLlama-1.1B shape the performance issue measures with.
@@ -133,7 +134,7 @@ int run(int argc, char** argv) {
     CLI::App app{"kiln-synth: write a GGUF model with seeded random weights"};
     std::string arch = "llama", preset = "tiny", vocab_path, out_path, type_name = "f16";
     uint64_t seed = 42;
-    Shape over{.n_embd = 0, .n_layer = 0, .n_head = 0, .n_head_kv = 0, .n_ff = 0, .n_ctx = 0, .head_dim = 0};
+    Shape over{.n_embd = 0, .n_layer = 0, .n_head = 0, .n_head_kv = 0, .n_ff = 0, .n_ctx = 0, .head_dim = 0, .sliding_window = 0};
     app.add_option("--arch", arch, "Architecture: llama, qwen2, gemma3")->capture_default_str();
     app.add_option("--preset", preset, "Shape preset: tiny, small, 1b")->capture_default_str();
     app.add_option("--vocab", vocab_path, "GGUF file whose tokenizer.* metadata is copied")->required();
@@ -147,6 +148,7 @@ int run(int argc, char** argv) {
     app.add_option("--n-ff", over.n_ff, "Override: feed-forward length");
     app.add_option("--n-ctx", over.n_ctx, "Override: context length");
     app.add_option("--head-dim", over.head_dim, "Override: head dimension (default n_embd / n_head)");
+    app.add_option("--sliding-window", over.sliding_window, "gemma3: sliding-window size (default 512)");
     CLI11_PARSE(app, argc, argv);
 
     const auto arch_it = kArchs.find(arch);
@@ -156,7 +158,7 @@ int run(int argc, char** argv) {
     Shape s = preset_it->second;
     for (auto [dst, src] : {std::pair{&s.n_embd, over.n_embd}, {&s.n_layer, over.n_layer}, {&s.n_head, over.n_head},
                             {&s.n_head_kv, over.n_head_kv}, {&s.n_ff, over.n_ff}, {&s.n_ctx, over.n_ctx},
-                            {&s.head_dim, over.head_dim}}) {
+                            {&s.head_dim, over.head_dim}, {&s.sliding_window, over.sliding_window}}) {
         if (src > 0) *dst = src;
     }
     if (s.head_dim == 0) {
@@ -190,7 +192,9 @@ int run(int argc, char** argv) {
     w.set(a + "rope.dimension_count", kiln::gguf::Value::u32(static_cast<uint32_t>(s.head_dim)));
     w.set(a + "rope.freq_base", kiln::gguf::Value::f32(arch == "gemma3" ? 1e6f : arch == "qwen2" ? 1e6f : 1e4f));
     w.set(a + "vocab_size", kiln::gguf::Value::u32(static_cast<uint32_t>(n_vocab)));
-    if (arch == "gemma3") w.set(a + "attention.sliding_window", kiln::gguf::Value::u32(512));
+    if (arch == "gemma3") {
+        w.set(a + "attention.sliding_window", kiln::gguf::Value::u32(static_cast<uint32_t>(s.sliding_window > 0 ? s.sliding_window : 512)));
+    }
     for (const auto& kv : vocab.metadata()) {
         if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
     }

@@ -234,7 +234,7 @@ Value f_batch(Interpreter&, const Value& v, CallArgs& a) {
       while (static_cast<std::int64_t>(tmp.size()) < n) tmp.push_back(fill);
     out.push_back(Value::list(std::move(tmp)));
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out), "do_batch");
 }
 
 Value f_capitalize(Interpreter&, const Value& v, CallArgs& a) {
@@ -317,6 +317,11 @@ Value f_forceescape(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_first(Interpreter&, const Value& v, CallArgs& a) {
   ArgBinder(a, "first", {});
+  if (v.is_iterator() && !v.iter_state().is_view()) {  // next(iter(generator)) consumes one item
+    IterState& it = v.iter_state();
+    if (it.pos >= it.items.size()) return Value::undefined("No first item, sequence was empty.");
+    return it.items[it.pos++];
+  }
   ValueList items = py_iterate(v);
   if (items.empty()) return Value::undefined("No first item, sequence was empty.");
   return items.front();
@@ -324,7 +329,7 @@ Value f_first(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_last(Interpreter&, const Value& v, CallArgs& a) {
   ArgBinder(a, "last", {});
-  if (v.is_undefined()) throw_type_error("'Undefined' object is not reversible");
+  if (v.is_iterator() && !v.iter_state().is_view()) throw_type_error("'" + v.type_name() + "' object is not reversible");
   ValueList items = py_iterate(v);
   if (items.empty()) return Value::undefined("No last item, sequence was empty.");
   return items.back();
@@ -445,12 +450,12 @@ Value f_groupby(Interpreter& interp, const Value& v, CallArgs& a) {
       current.push_back(item);
       continue;
     }
-    if (have) groups.push_back(Value::tuple({cs ? current_key : out_key(current.front()), Value::list(current)}));
+    if (have) groups.push_back(Value::group_tuple(cs ? current_key : out_key(current.front()), Value::list(current)));
     current_key = k;
     current = {item};
     have = true;
   }
-  if (have) groups.push_back(Value::tuple({cs ? current_key : out_key(current.front()), Value::list(current)}));
+  if (have) groups.push_back(Value::group_tuple(cs ? current_key : out_key(current.front()), Value::list(current)));
   return Value::list(std::move(groups));
 }
 
@@ -522,11 +527,11 @@ Value f_upper(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_items(Interpreter&, const Value& v, CallArgs& a) {
   ArgBinder(a, "items", {});
-  if (v.is_undefined()) return Value::list();
+  if (v.is_undefined()) return Value::generator({}, "do_items");
   if (!v.is_dict()) throw_type_error("Can only get item pairs from a mapping.");
   ValueList out;
   for (const auto& [k, x] : v.dict_ref().entries()) out.push_back(Value::tuple({k, x}));
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out), "do_items");
 }
 
 Value f_map(Interpreter& interp, const Value& v, CallArgs& a) {
@@ -547,7 +552,7 @@ Value f_map(Interpreter& interp, const Value& v, CallArgs& a) {
     }
     auto parts = attribute_parts(attribute);
     for (const auto& item : items) out.push_back(lookup_parts(interp, item, parts, def.is_none() ? nullptr : &def));
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out), "sync_do_map");
   }
   if (a.positional.empty()) filter_error("map requires a filter argument");
   std::string name = s_of(a.positional[0]);
@@ -557,7 +562,7 @@ Value f_map(Interpreter& interp, const Value& v, CallArgs& a) {
     sub.keyword = a.keyword;
     out.push_back(interp.apply_filter(name, item, sub));
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out), "sync_do_map");
 }
 
 Value min_max(Interpreter& interp, const Value& v, CallArgs& a, bool want_max, const char* fname) {
@@ -589,7 +594,7 @@ Value f_pprint(Interpreter&, const Value& v, CallArgs& a) {
 }
 
 Value select_reject(Interpreter& interp, const Value& v, CallArgs& a, bool select, bool by_attr) {
-  if (!v.truthy()) return Value::list();
+  if (!v.truthy()) return Value::generator({}, "select_or_reject");
   std::size_t off = 0;
   std::vector<Value> parts;
   if (by_attr) {
@@ -616,7 +621,7 @@ Value select_reject(Interpreter& interp, const Value& v, CallArgs& a, bool selec
     }
     if (r == select) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out), "select_or_reject");
 }
 
 Value f_select(Interpreter& i, const Value& v, CallArgs& a) { return select_reject(i, v, a, true, false); }
@@ -638,10 +643,24 @@ Value f_reverse(Interpreter&, const Value& v, CallArgs& a) {
     std::reverse(u.begin(), u.end());
     return Value(utf8_encode(u), v.is_markup());
   }
-  if (v.is_undefined()) filter_error("argument must be iterable");
+  if (v.is_iterator() && !v.iter_state().is_view()) {  // not reversible: list(value) reversed
+    ValueList items = py_iterate(v);
+    std::reverse(items.begin(), items.end());
+    return Value::list(std::move(items));
+  }
+  if (!py_is_iterable(v)) filter_error("argument must be iterable");
   ValueList items = py_iterate(v);
   std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
+  std::string type = "reversed";
+  if (v.is_list()) type = "list_reverseiterator";
+  if (v.is_dict()) type = "dict_reversekeyiterator";
+  if (v.is_iterator()) {
+    auto f = v.iter_state().flavor;
+    type = f == IterState::Flavor::DictKeys     ? "dict_reversekeyiterator"
+           : f == IterState::Flavor::DictValues ? "dict_reversevalueiterator"
+                                                : "dict_reverseitemiterator";
+  }
+  return Value::iterator(IterState::Flavor::ReverseIterator, std::move(items), type);
 }
 
 double round_half_even_digits(double x, std::int64_t ndigits) {
@@ -702,7 +721,7 @@ Value f_slice(Interpreter&, const Value& v, CallArgs& a) {
     if (!fill.is_none() && n >= extra) tmp.push_back(fill);
     out.push_back(Value::list(std::move(tmp)));
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out), "sync_do_slice");
 }
 
 Value f_sort(Interpreter& interp, const Value& v, CallArgs& a) {
@@ -865,7 +884,7 @@ Value f_unique(Interpreter& interp, const Value& v, CallArgs& a) {
   for (const auto& item : py_iterate(v)) {
     if (seen.insert(py_hash_key(key(item))).second) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out), "sync_do_unique");
 }
 
 std::string url_quote(const std::string& s, bool for_qs) {

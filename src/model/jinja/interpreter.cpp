@@ -259,6 +259,9 @@ void Interpreter::loop_items(const ForStmt& stmt, const std::shared_ptr<Frame>& 
   }
   auto loop = std::make_shared<LoopObject>(items, depth, &stmt, frame);
   Value loop_value = Value::object(loop);
+  // As in jinja2, the else block runs unless some iteration ran to the end of
+  // the body (break and continue skip the "iterated" mark).
+  bool completed = false;
   for (std::size_t i = 0; i < items.size(); ++i) {
     loop->index0 = static_cast<std::int64_t>(i);
     auto f = std::make_shared<Frame>(frame);
@@ -267,7 +270,9 @@ void Interpreter::loop_items(const ForStmt& stmt, const std::shared_ptr<Frame>& 
     assign(*stmt.target, items[i], *f);
     Flow flow = exec_body(stmt.body, f, out);
     if (flow == Flow::Break) break;
+    if (flow == Flow::Normal) completed = true;
   }
+  if (!completed && !stmt.else_body.empty()) exec_body(stmt.else_body, std::make_shared<Frame>(frame), out);
 }
 
 void Interpreter::assign(const Expr& target, const Value& value, Frame& frame) {
@@ -513,6 +518,10 @@ Value Interpreter::getattr(const Value& obj, const std::string& name) {
       break;
     case Kind::Object:
       return obj.object_ptr()->get_attr(name);
+    case Kind::Tuple:
+      if (obj.is_group_tuple() && (name == "grouper" || name == "list"))
+        return obj.items()[name == "grouper" ? 0 : 1];
+      break;
     default:
       break;
   }
@@ -594,42 +603,57 @@ bool Interpreter::apply_test(const std::string& name, const Value& value, CallAr
 
 Value Interpreter::invoke_macro(const MacroDef& def, const std::shared_ptr<Frame>& closure, CallArgs& args,
                                 const Value& caller) {
+  // Argument binding follows jinja2's Macro.__call__.
   auto f = std::make_shared<Frame>(closure);
   const std::size_t np = def.params.size();
-  ValueList extra_pos;
-  for (std::size_t i = 0; i < args.positional.size(); ++i) {
-    if (i < np) {
+  const std::size_t npos = args.positional.size();
+  std::vector<std::pair<std::string, Value>> kwargs = args.keyword;
+  auto pop_kwarg = [&](const std::string& name, Value& out) {
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
+      if (it->first == name) {
+        out = it->second;
+        kwargs.erase(it);
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<bool> given(np, false);
+  bool explicit_caller = false;
+  for (std::size_t i = 0; i < np; ++i) {
+    if (def.params[i] == "caller") explicit_caller = true;
+    if (i < npos) {
       f->vars[def.params[i]] = args.positional[i];
+      given[i] = true;
     } else {
-      extra_pos.push_back(args.positional[i]);
+      Value v;
+      if (pop_kwarg(def.params[i], v)) {
+        f->vars[def.params[i]] = v;
+        given[i] = true;
+      }
     }
   }
+  Value caller_value = caller;
+  if (def.uses_caller && !explicit_caller) {
+    Value v;
+    if (pop_kwarg("caller", v)) caller_value = v;
+  }
+  Value kwargs_value = Value::dict();
+  if (def.uses_kwargs) {
+    for (const auto& [k, v] : kwargs) kwargs_value.dict_ref().set(Value(k), v);
+  } else if (!kwargs.empty()) {
+    for (const auto& kv : kwargs)
+      if (kv.first == "caller")
+        throw Error(Error::Kind::Type, "macro '" + def.name +
+                                           "' was invoked with two values for the special caller argument. This is "
+                                           "most likely a bug.");
+    throw Error(Error::Kind::Type, "macro '" + def.name + "' takes no keyword argument '" + kwargs.front().first + "'");
+  }
+  ValueList extra_pos;
+  if (npos > np) extra_pos.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(np), args.positional.end());
   if (!extra_pos.empty() && !def.uses_varargs)
     throw Error(Error::Kind::Type, "macro '" + def.name + "' takes not more than " + std::to_string(np) +
                                        " argument(s)");
-  Value kwargs = Value::dict();
-  Value caller_value = caller;
-  std::vector<bool> given(np, false);
-  for (std::size_t i = 0; i < np && i < args.positional.size(); ++i) given[i] = true;
-  for (auto& [k, v] : args.keyword) {
-    bool matched = false;
-    for (std::size_t i = 0; i < np; ++i) {
-      if (def.params[i] != k) continue;
-      if (given[i])
-        throw Error(Error::Kind::Type, "macro '" + def.name + "' got multiple values for argument '" + k + "'");
-      f->vars[k] = v;
-      given[i] = true;
-      matched = true;
-    }
-    if (matched) continue;
-    if (k == "caller" && def.uses_caller) {
-      caller_value = v;
-      continue;
-    }
-    if (!def.uses_kwargs)
-      throw Error(Error::Kind::Type, "macro '" + def.name + "' takes no keyword argument '" + k + "'");
-    kwargs.dict_ref().set(Value(k), v);
-  }
   const std::size_t first_default = np - def.defaults.size();
   for (std::size_t i = 0; i < np; ++i) {
     if (given[i]) continue;
@@ -640,8 +664,8 @@ Value Interpreter::invoke_macro(const MacroDef& def, const std::shared_ptr<Frame
     }
   }
   if (def.uses_varargs) f->vars["varargs"] = Value::tuple(std::move(extra_pos));
-  if (def.uses_kwargs) f->vars["kwargs"] = kwargs;
-  if (def.uses_caller)
+  if (def.uses_kwargs) f->vars["kwargs"] = kwargs_value;
+  if (def.uses_caller && !explicit_caller)
     f->vars["caller"] = caller_value.is_undefined() ? Value::undefined("No caller defined") : caller_value;
   int saved_line = line_;
   std::string out;

@@ -82,6 +82,7 @@ Value py_add(const Value& a, const Value& b) {
   }
   if (a.is_string() && b.is_string()) {
     if (a.is_markup() && !b.is_markup()) return Value(a.str() + html_escape(b.str()), true);
+    if (!a.is_markup() && b.is_markup()) return Value(html_escape(a.str()) + b.str(), true);  // Markup.__radd__
     return Value(a.str() + b.str(), a.is_markup());
   }
   if ((a.is_list() && b.is_list()) || (a.is_tuple() && b.is_tuple())) {

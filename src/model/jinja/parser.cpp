@@ -1,6 +1,8 @@
 // Recursive-descent parser for Jinja templates (grammar and precedence as in jinja2).
 #include "model/jinja/parser.h"
 
+#include "model/jinja/builtins.h"
+
 #include <functional>
 #include <initializer_list>
 
@@ -814,6 +816,7 @@ class Parser {
       int line = cur().line;
       std::string name = expect_any_name();
       while (skip_op(".")) name += "." + expect_any_name();
+      if (!has_filter(name)) fail("No filter named '" + name + "'.", line);
       auto f = std::make_unique<FilterExpr>(line);
       f->name = name;
       if (is_op(cur(), "(")) f->args = parse_call_args();
@@ -829,6 +832,7 @@ class Parser {
     bool negated = skip_name("not");
     std::string name = expect_any_name();
     while (skip_op(".")) name += "." + expect_any_name();
+    if (!has_test(name)) fail("No test named '" + name + "'.", line);
     auto t = std::make_unique<TestExpr>(line);
     t->name = name;
     const Token& c = cur();

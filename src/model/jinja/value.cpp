@@ -113,6 +113,22 @@ Value Value::object(std::shared_ptr<Object> o) {
   return v;
 }
 
+Value Value::iterator(IterState::Flavor flavor, std::vector<Value> items, std::string type_name, std::string origin) {
+  Value v(Kind::Iterator);
+  v.iter_ = std::make_shared<IterState>();
+  v.iter_->flavor = flavor;
+  v.iter_->items = std::move(items);
+  v.iter_->type_name = std::move(type_name);
+  v.iter_->origin = std::move(origin);
+  return v;
+}
+
+Value Value::group_tuple(Value grouper, Value list) {
+  Value v = tuple({std::move(grouper), std::move(list)});
+  v.flag_ = true;
+  return v;
+}
+
 const std::string& Value::str() const {
   static const std::string empty;  // immutable
   return s_ ? *s_ : empty;
@@ -145,6 +161,8 @@ bool Value::truthy() const {
       return !list_->empty();
     case Kind::Dict:
       return !dict_->empty();
+    case Kind::Iterator:
+      return !iter_->is_view() || !iter_->items.empty();
     default:
       return true;
   }
@@ -176,6 +194,8 @@ std::string Value::type_name() const {
       return "function";
     case Kind::Object:
       return object_->type_name();
+    case Kind::Iterator:
+      return iter_->type_name;
   }
   return "object";
 }
@@ -512,6 +532,26 @@ static void repr_into(std::string& out, const Value& v) {
     case Kind::Dict:
       dict_repr_into(out, v.dict_ref());
       return;
+    case Kind::Iterator: {
+      const IterState& it = v.iter_state();
+      if (it.is_view()) {
+        out += it.type_name + "([";
+        for (std::size_t i = 0; i < it.items.size(); ++i) {
+          if (i) out += ", ";
+          repr_into(out, it.items[i]);
+        }
+        out += "])";
+      } else if (it.flavor == IterState::Flavor::Generator) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%p", static_cast<const void*>(&it));
+        out += "<generator object " + it.origin + " at " + buf + ">";
+      } else {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%p", static_cast<const void*>(&it));
+        out += "<" + it.type_name + " object at " + buf + ">";
+      }
+      return;
+    }
     default:
       out += py_str(v);
   }
@@ -590,6 +630,8 @@ bool py_equal(const Value& a, const Value& b) {
       return a.callable_shared() == b.callable_shared();
     case Kind::Object:
       return a.object_ptr() == b.object_ptr();
+    case Kind::Iterator:
+      return a.iter_ptr() == b.iter_ptr();
     default:
       return false;
   }
@@ -649,10 +691,15 @@ std::string py_hash_key(const Value& v) {
     }
     case Kind::Namespace:
     case Kind::Callable:
-    case Kind::Object: {
+    case Kind::Object:
+    case Kind::Iterator: {
+      if (v.is_iterator() && (v.iter_state().flavor == IterState::Flavor::DictKeys ||
+                              v.iter_state().flavor == IterState::Flavor::DictItems))
+        throw_type_error("unhashable type: '" + v.type_name() + "'");
       char buf[32];
-      const void* p = v.is_namespace() ? static_cast<const void*>(v.dict_ptr().get())
+      const void* p = v.is_namespace()               ? static_cast<const void*>(v.dict_ptr().get())
                       : v.kind() == Kind::Callable ? static_cast<const void*>(v.callable_shared().get())
+                      : v.is_iterator()            ? static_cast<const void*>(v.iter_ptr().get())
                                                    : static_cast<const void*>(v.object_ptr());
       std::snprintf(buf, sizeof buf, "p%p", p);
       return buf;
@@ -664,6 +711,7 @@ std::string py_hash_key(const Value& v) {
 
 bool py_is_iterable(const Value& v) {
   switch (v.kind()) {
+    case Kind::Iterator:
     case Kind::Undefined:
     case Kind::String:
     case Kind::List:
@@ -697,6 +745,13 @@ ValueList py_iterate(const Value& v) {
       for (const auto& kv : v.dict_ref().entries()) out.push_back(kv.first);
       return out;
     }
+    case Kind::Iterator: {
+      IterState& it = v.iter_state();
+      if (it.is_view()) return it.items;
+      ValueList out(it.items.begin() + static_cast<std::ptrdiff_t>(it.pos), it.items.end());
+      it.pos = it.items.size();
+      return out;
+    }
     default:
       throw_type_error("'" + v.type_name() + "' object is not iterable");
   }
@@ -713,6 +768,9 @@ std::int64_t py_len(const Value& v) {
       return static_cast<std::int64_t>(v.items().size());
     case Kind::Dict:
       return static_cast<std::int64_t>(v.dict_ref().size());
+    case Kind::Iterator:
+      if (v.iter_state().is_view()) return static_cast<std::int64_t>(v.iter_state().items.size());
+      [[fallthrough]];
     default:
       throw_type_error("object of type '" + v.type_name() + "' has no len()");
   }
@@ -733,6 +791,18 @@ bool py_contains(const Value& container, const Value& item) {
       return false;
     case Kind::Dict:
       return container.dict_ref().find(item) != nullptr;
+    case Kind::Iterator: {
+      IterState& it = container.iter_state();
+      std::size_t start = it.is_view() ? 0 : it.pos;
+      for (std::size_t i = start; i < it.items.size(); ++i) {
+        if (py_equal(it.items[i], item)) {
+          if (!it.is_view()) it.pos = i + 1;
+          return true;
+        }
+      }
+      if (!it.is_view()) it.pos = it.items.size();
+      return false;
+    }
     default:
       throw_type_error("argument of type '" + container.type_name() + "' is not iterable");
   }

@@ -60,6 +60,19 @@ enum class Kind : std::uint8_t {
   Namespace,
   Callable,
   Object,
+  Iterator,  // a Python generator / iterator (single pass) or dict view
+};
+
+// Iterators that filters like map/select return (Python generators), reverse
+// iterators, and dict views (keys()/values()/items(), which can be re-iterated).
+struct IterState {
+  enum class Flavor { Generator, ReverseIterator, DictKeys, DictValues, DictItems };
+  Flavor flavor = Flavor::Generator;
+  std::string type_name;  // Python type name: generator, list_reverseiterator, dict_items...
+  std::string origin;     // generator function name for repr (sync_do_map, ...)
+  std::vector<Value> items;
+  std::size_t pos = 0;
+  bool is_view() const { return flavor == Flavor::DictKeys || flavor == Flavor::DictValues || flavor == Flavor::DictItems; }
 };
 
 using ValueList = std::vector<Value>;
@@ -120,6 +133,13 @@ class Value {
   static Value namespace_(std::shared_ptr<Dict> d);
   static Value callable(std::shared_ptr<Callable> c);
   static Value object(std::shared_ptr<Object> o);
+  static Value iterator(IterState::Flavor flavor, std::vector<Value> items, std::string type_name,
+                        std::string origin = {});
+  static Value generator(std::vector<Value> items, std::string origin) {
+    return iterator(IterState::Flavor::Generator, std::move(items), "generator", std::move(origin));
+  }
+  // The (grouper, list) named tuples of the groupby filter.
+  static Value group_tuple(Value grouper, Value list);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::Undefined; }
@@ -138,6 +158,10 @@ class Value {
   bool is_mapping() const { return kind_ == Kind::Dict || kind_ == Kind::Namespace; }
   bool is_callable() const;
   bool is_object() const { return kind_ == Kind::Object; }
+  bool is_iterator() const { return kind_ == Kind::Iterator; }
+  bool is_group_tuple() const { return kind_ == Kind::Tuple && flag_; }
+  IterState& iter_state() const { return *iter_; }
+  const std::shared_ptr<IterState>& iter_ptr() const { return iter_; }
   bool is_markup() const { return kind_ == Kind::String && flag_; }
   bool is_security_undefined() const { return kind_ == Kind::Undefined && flag_; }
 
@@ -173,6 +197,7 @@ class Value {
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Callable> callable_;
   std::shared_ptr<Object> object_;
+  std::shared_ptr<IterState> iter_;
 };
 
 // Arguments of a call: positional then keyword, in source order.

@@ -76,10 +76,10 @@ struct DetokenizeOptions {
     bool unparse_special = false;
     // llama.cpp's clean_up_tokenization_spaces (" ," -> "," ...); default: the
     // model's setting (on for most byte-level BPE models).
-    std::optional<bool> clean_spaces;
+    std::optional<bool> clean_spaces = std::nullopt;
     // Drop the space SentencePiece put in front of the text; default: the
     // model's add_space_prefix.
-    std::optional<bool> remove_leading_space;
+    std::optional<bool> remove_leading_space = std::nullopt;
 };
 
 class Tokenizer {
@@ -104,7 +104,7 @@ public:
 
     TokenType token_type(int32_t id) const;
     uint32_t token_attrs(int32_t id) const;  // token_attr bits
-    const std::string& token_text(int32_t id) const;
+    std::string_view token_text(int32_t id) const;
     float token_score(int32_t id) const;
     int32_t find_token(std::string_view text) const;  // kNoToken if absent
     bool is_control(int32_t id) const;
@@ -158,8 +158,9 @@ public:
 private:
     const Tokenizer* tok_;
     DetokenizeOptions opts_;
-    std::string pending_;
-    bool first_ = true;
+    std::string pending_;   // bytes of an unfinished character
+    bool first_ = true;     // no token pushed yet
+    bool strip_space_ = false;  // the next piece loses a leading space
 };
 
 }  // namespace kiln

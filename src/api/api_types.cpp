@@ -1,33 +1,24 @@
-// The C API (include/kiln.h): a thin layer that converts exceptions into
-// return codes and a per-thread error message.
-#include "kiln.h"
-
-#include <exception>
+// The C API (include/kiln.h), part 1: version, errors, element types and
+// quantization. The API layer converts exceptions into return codes and a
+// per-thread error message.
 #include <stdexcept>
 #include <string>
 
+#include "api/api_internal.h"
 #include "core/quant.h"
 #include "core/types.h"
 
 namespace {
-
 // Per-thread, so concurrent callers never see each other's messages.
 thread_local std::string t_last_error;
-
-template <typename F, typename R>
-R guarded(F&& f, R on_error) {
-    try {
-        t_last_error.clear();
-        return f();
-    } catch (const std::exception& e) {
-        t_last_error = e.what();
-    } catch (...) {
-        t_last_error = "unknown error";
-    }
-    return on_error;
-}
-
 }  // namespace
+
+namespace kiln::api {
+void set_last_error(std::string msg) { t_last_error = std::move(msg); }
+void clear_last_error() { t_last_error.clear(); }
+}  // namespace kiln::api
+
+using kiln::api::guarded;
 
 extern "C" {
 

@@ -1,0 +1,455 @@
+// NEON (AArch64 Advanced SIMD) dot-product kernels, compiled on ARM64 only.
+//
+// The integer kernels exist twice: with the ARMv8.2 dot-product instruction
+// (SDOT, vdotq_s32: 4 int8 products into each int32 lane) and without it
+// (widening multiplies vmull_s8 + pairwise accumulate vpadalq_s16), because
+// ARMv8.0 cores (e.g. Cortex-A53/A72) lack SDOT. The build does not enable
+// dotprod globally, so the kernel bodies below are compiled twice by
+// including this file into itself: once plainly, once with the dotprod
+// target switched on by pragma. cpu_features.cpp reports whether the CPU has
+// it and the table at the end picks the variant.
+//
+// Activation converters are bit-exact with the reference quantizers: NEON
+// has both rounding modes the references use as single instructions
+// (vcvtaq: ties away from zero = roundf; vcvtnq: ties to even = lrintf).
+
+#ifndef KILN_NEON_BODY
+
+#include <arm_neon.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/kernels/kernels.h"
+#include "core/float_convert.h"
+#include "core/quant_blocks.h"
+
+// Whether the dotprod pass can be compiled: by GCC/Clang via target pragmas,
+// or anywhere the whole build already targets dotprod.
+#if defined(__ARM_FEATURE_DOTPROD) || defined(__GNUC__) || defined(__clang__)
+#define KILN_NEON_HAVE_DOTPROD 1
+#else
+#define KILN_NEON_HAVE_DOTPROD 0
+#endif
+
+namespace kiln::cpu::detail {
+
+const TypeKernels* neon_kernels(Type t, const CpuFeatures& f);
+
+namespace neon_common {
+
+inline float h2f(fp16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
+
+inline uint16_t load_u16(const void* p) {
+    uint16_t v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+// Four fp16 values at a byte stride (the scales of four consecutive blocks).
+inline float32x4_t load4_fp16(const void* base, size_t stride) {
+    const auto* p = static_cast<const uint8_t*>(base);
+    const uint16_t h[4] = {load_u16(p), load_u16(p + stride), load_u16(p + 2 * stride), load_u16(p + 3 * stride)};
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+}
+
+// Q4_K / Q5_K 6-bit scales and mins (see k4_scale_min in kernels_scalar.cpp),
+// unpacked with 32-bit word operations.
+inline void k4_scales_mins(const uint8_t* p, uint8_t sc[8], uint8_t m[8]) {
+    uint32_t w[3];
+    std::memcpy(w, p, sizeof(w));
+    const uint32_t v[4] = {w[0] & 0x3f3f3f3fu, (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4),
+                           w[1] & 0x3f3f3f3fu, ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4)};
+    std::memcpy(sc, v, 8);
+    std::memcpy(m, v + 2, 8);
+}
+
+// Sum over the eight 32-element sub-blocks of m_j * (bsums[2j] + bsums[2j+1]).
+inline int32_t k4_min_terms(const int16_t* bsums, const uint8_t m[8]) {
+    const int16x8_t pairs = vpaddq_s16(vld1q_s16(bsums), vld1q_s16(bsums + 8));
+    const int16x8_t m16 = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(m)));
+    const int32x4_t p = vmlal_s16(vmull_s16(vget_low_s16(pairs), vget_low_s16(m16)), vget_high_s16(pairs), vget_high_s16(m16));
+    return vaddvq_s32(p);
+}
+
+// ---------------------------------------------------------------------------
+// Activation converters.
+
+void from_float_f32(const float* x, void* y, int64_t n) { std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float)); }
+
+void from_float_f16(const float* x, void* vy, int64_t n) {
+    auto* y = static_cast<fp16_t*>(vy);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+// Round to nearest even on the bit pattern, NaN forced quiet: as fp32_to_bf16.
+void from_float_bf16(const float* x, void* vy, int64_t n) {
+    auto* y = static_cast<bf16_t*>(vy);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const uint32x4_t v = vreinterpretq_u32_f32(vld1q_f32(x + i));
+        const uint32x4_t is_nan = vcgtq_u32(vandq_u32(v, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+        const uint32x4_t lsb = vandq_u32(vshrq_n_u32(v, 16), vdupq_n_u32(1));
+        const uint32x4_t rounded = vshrq_n_u32(vaddq_u32(v, vaddq_u32(vdupq_n_u32(0x7fffu), lsb)), 16);
+        const uint32x4_t nan = vorrq_u32(vshrq_n_u32(v, 16), vdupq_n_u32(64));
+        vst1_u16(y + i, vmovn_u32(vbslq_u32(is_nan, nan, rounded)));
+    }
+    for (; i < n; ++i) y[i] = fp32_to_bf16(x[i]);
+}
+
+// Eight int32x4 (values within int8 range) -> 32 int8.
+inline void narrow_store(const int32x4_t q[8], int8_t* out) {
+    for (int h = 0; h < 2; ++h) {
+        const int16x8_t a = vcombine_s16(vqmovn_s32(q[4 * h]), vqmovn_s32(q[4 * h + 1]));
+        const int16x8_t b = vcombine_s16(vqmovn_s32(q[4 * h + 2]), vqmovn_s32(q[4 * h + 3]));
+        vst1q_s8(out + 16 * h, vcombine_s8(vqmovn_s16(a), vqmovn_s16(b)));
+    }
+}
+
+void from_float_q8_0(const float* x, void* vy, int64_t n) {
+    auto* y = static_cast<block_q8_0*>(vy);
+    for (int64_t b = 0; b < n / QK8_0; ++b, x += QK8_0) {
+        float32x4_t v[8];
+        float32x4_t amax = vdupq_n_f32(0);
+        for (int k = 0; k < 8; ++k) {
+            v[k] = vld1q_f32(x + 4 * k);
+            amax = vmaxq_f32(amax, vabsq_f32(v[k]));
+        }
+        const float d = vmaxvq_f32(amax) / 127.0f;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        int32x4_t q[8];
+        for (int k = 0; k < 8; ++k) q[k] = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));  // roundf
+        narrow_store(q, y[b].qs);
+        y[b].d = fp32_to_fp16(d);
+    }
+}
+
+void from_float_q8_K(const float* x, void* vy, int64_t n) {
+    auto* y = static_cast<block_q8_K*>(vy);
+    for (int64_t b = 0; b < n / QK_K; ++b, x += QK_K) {
+        block_q8_K& blk = y[b];
+        float32x4_t amax = vdupq_n_f32(0);
+        for (int i = 0; i < QK_K; i += 4) amax = vmaxq_f32(amax, vabsq_f32(vld1q_f32(x + i)));
+        const float am = vmaxvq_f32(amax);
+        if (!(am > 0)) {
+            std::memset(&blk, 0, sizeof(blk));
+            continue;
+        }
+        // The reference maps the FIRST element of largest magnitude to -127.
+        int first = 0;
+        while (std::fabs(x[first]) != am) ++first;
+        const float iscale = -127.0f / x[first];
+        for (int i = 0; i < QK_K; i += 32) {
+            int32x4_t q[8];
+            for (int k = 0; k < 8; ++k) {
+                q[k] = vminq_s32(vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + i + 4 * k), iscale)), vdupq_n_s32(127));
+            }
+            narrow_store(q, blk.qs + i);
+            blk.bsums[i / 16] = static_cast<int16_t>(vaddvq_s32(vaddq_s32(vaddq_s32(q[0], q[1]), vaddq_s32(q[2], q[3]))));
+            blk.bsums[i / 16 + 1] = static_cast<int16_t>(vaddvq_s32(vaddq_s32(vaddq_s32(q[4], q[5]), vaddq_s32(q[6], q[7]))));
+        }
+        blk.d = 1.0f / iscale;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Float formats: 16 elements per step in four accumulators.
+
+inline float sum4(float32x4_t a, float32x4_t b, float32x4_t c, float32x4_t d) {
+    return vaddvq_f32(vaddq_f32(vaddq_f32(a, b), vaddq_f32(c, d)));
+}
+
+void vec_dot_f32(int64_t n, float* s, const void* vx, const void* vy) {
+    const float* x = static_cast<const float*>(vx);
+    const float* y = static_cast<const float*>(vy);
+    float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int k = 0; k < 4; ++k) acc[k] = vfmaq_f32(acc[k], vld1q_f32(x + i + 4 * k), vld1q_f32(y + i + 4 * k));
+    }
+    for (; i + 4 <= n; i += 4) acc[0] = vfmaq_f32(acc[0], vld1q_f32(x + i), vld1q_f32(y + i));
+    float tail = 0;
+    for (; i < n; ++i) tail += x[i] * y[i];
+    *s = sum4(acc[0], acc[1], acc[2], acc[3]) + tail;
+}
+
+inline float32x4_t f16x4(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+inline float32x4_t bf16x4(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+float f16_scalar(uint16_t h) { return fp16_to_fp32(h); }
+float bf16_scalar(uint16_t h) { return bf16_to_fp32(h); }
+
+template <float32x4_t (*Load)(const uint16_t*), float (*Scalar)(uint16_t)>
+void vec_dot_half(int64_t n, float* s, const void* vx, const void* vy) {
+    const auto* x = static_cast<const uint16_t*>(vx);
+    const auto* y = static_cast<const uint16_t*>(vy);
+    float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int k = 0; k < 4; ++k) acc[k] = vfmaq_f32(acc[k], Load(x + i + 4 * k), Load(y + i + 4 * k));
+    }
+    for (; i + 4 <= n; i += 4) acc[0] = vfmaq_f32(acc[0], Load(x + i), Load(y + i));
+    float tail = 0;
+    for (; i < n; ++i) tail += Scalar(x[i]) * Scalar(y[i]);
+    *s = sum4(acc[0], acc[1], acc[2], acc[3]) + tail;
+}
+
+}  // namespace neon_common
+
+// The integer kernels, twice.
+#define KILN_NEON_BODY 1
+#define KILN_NEON_NS neon_plain
+#define KILN_NEON_DOTPROD 0
+#include "kernels_neon.cpp"  // this file again, in body mode
+#undef KILN_NEON_NS
+#undef KILN_NEON_DOTPROD
+
+#if KILN_NEON_HAVE_DOTPROD
+#define KILN_NEON_NS neon_dotprod
+#define KILN_NEON_DOTPROD 1
+#if !defined(__ARM_FEATURE_DOTPROD)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("dotprod"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod")
+#endif
+#endif
+#include "kernels_neon.cpp"  // this file again, in body mode
+#if !defined(__ARM_FEATURE_DOTPROD)
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+#undef KILN_NEON_NS
+#undef KILN_NEON_DOTPROD
+#endif
+
+namespace {
+
+using namespace neon_common;
+
+#define KILN_NEON_TABLE(NS)                                                                       \
+    namespace NS##_table {                                                                        \
+    constexpr TypeKernels kQ4_0{Type::Q8_0, from_float_q8_0, NS::vec_dot_q4_0};                   \
+    constexpr TypeKernels kQ8_0{Type::Q8_0, from_float_q8_0, NS::vec_dot_q8_0};                   \
+    constexpr TypeKernels kIQ4_NL{Type::Q8_0, from_float_q8_0, NS::vec_dot_iq4_nl};               \
+    constexpr TypeKernels kQ4_K{Type::Q8_K, from_float_q8_K, NS::vec_dot_q4_K};                   \
+    constexpr TypeKernels kQ5_K{Type::Q8_K, from_float_q8_K, NS::vec_dot_q5_K};                   \
+    constexpr TypeKernels kQ6_K{Type::Q8_K, from_float_q8_K, NS::vec_dot_q6_K};                   \
+    inline const TypeKernels* find(Type t) {                                                      \
+        switch (t) {                                                                              \
+            case Type::Q4_0: return &kQ4_0;                                                       \
+            case Type::Q8_0: return &kQ8_0;                                                       \
+            case Type::IQ4_NL: return &kIQ4_NL;                                                   \
+            case Type::Q4_K: return &kQ4_K;                                                       \
+            case Type::Q5_K: return &kQ5_K;                                                       \
+            case Type::Q6_K: return &kQ6_K;                                                       \
+            default: return nullptr;                                                              \
+        }                                                                                         \
+    }                                                                                             \
+    }
+
+KILN_NEON_TABLE(neon_plain)
+#if KILN_NEON_HAVE_DOTPROD
+KILN_NEON_TABLE(neon_dotprod)
+#endif
+
+constexpr TypeKernels kF32{Type::F32, from_float_f32, vec_dot_f32};
+constexpr TypeKernels kF16{Type::F16, from_float_f16, vec_dot_half<f16x4, f16_scalar>};
+constexpr TypeKernels kBF16{Type::BF16, from_float_bf16, vec_dot_half<bf16x4, bf16_scalar>};
+
+}  // namespace
+
+// Types not listed fall back to the scalar kernels (see kernels() in cpu_features.cpp).
+const TypeKernels* neon_kernels(Type t, const CpuFeatures& f) {
+    switch (t) {
+        case Type::F32: return &kF32;
+        case Type::F16: return &kF16;
+        case Type::BF16: return &kBF16;
+        default: break;
+    }
+#if KILN_NEON_HAVE_DOTPROD
+    if (f.dotprod) return neon_dotprod_table::find(t);
+#endif
+    return neon_plain_table::find(t);
+}
+
+}  // namespace kiln::cpu::detail
+
+#else  // KILN_NEON_BODY: the integer kernels, compiled once per variant.
+
+namespace KILN_NEON_NS {
+
+using namespace neon_common;
+
+// acc + the 16 products a[i] * b[i], spread over the 4 int32 lanes.
+inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#if KILN_NEON_DOTPROD
+    return vdotq_s32(acc, a, b);
+#else
+    // |a b| <= 128 * 128 fits int16; pairwise-add into int32.
+    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+    return vpadalq_s16(acc, vmull_high_s8(a, b));
+#endif
+}
+
+inline int8x16_t low_nibbles(uint8x16_t v) { return vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))); }
+inline int8x16_t high_nibbles(uint8x16_t v) { return vreinterpretq_s8_u8(vshrq_n_u8(v, 4)); }
+
+// 32-element blocks: four per step, their scale products converted together
+// and applied with lane-indexed FMAs.
+template <typename BX, typename BlockDot>
+inline float dot_blocks(int64_t nb, const BX* x, const block_q8_0* y, BlockDot dot) {
+    float32x4_t acc[2] = {vdupq_n_f32(0), vdupq_n_f32(0)};
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const float32x4_t d = vmulq_f32(load4_fp16(&x[b].d, sizeof(BX)), load4_fp16(&y[b].d, sizeof(block_q8_0)));
+        acc[0] = vfmaq_laneq_f32(acc[0], vcvtq_f32_s32(dot(x[b], y[b])), d, 0);
+        acc[1] = vfmaq_laneq_f32(acc[1], vcvtq_f32_s32(dot(x[b + 1], y[b + 1])), d, 1);
+        acc[0] = vfmaq_laneq_f32(acc[0], vcvtq_f32_s32(dot(x[b + 2], y[b + 2])), d, 2);
+        acc[1] = vfmaq_laneq_f32(acc[1], vcvtq_f32_s32(dot(x[b + 3], y[b + 3])), d, 3);
+    }
+    for (; b < nb; ++b) acc[0] = vfmaq_n_f32(acc[0], vcvtq_f32_s32(dot(x[b], y[b])), h2f(x[b].d) * h2f(y[b].d));
+    return vaddvq_f32(vaddq_f32(acc[0], acc[1]));
+}
+
+struct DotQ4_0 {
+    int32x4_t operator()(const block_q4_0& x, const block_q8_0& y) const {
+        const uint8x16_t raw = vld1q_u8(x.qs);
+        const int8x16_t eight = vdupq_n_s8(8);
+        const int32x4_t p = dot16(vdupq_n_s32(0), vsubq_s8(low_nibbles(raw), eight), vld1q_s8(y.qs));
+        return dot16(p, vsubq_s8(high_nibbles(raw), eight), vld1q_s8(y.qs + 16));
+    }
+};
+
+struct DotQ8_0 {
+    int32x4_t operator()(const block_q8_0& x, const block_q8_0& y) const {
+        const int32x4_t p = dot16(vdupq_n_s32(0), vld1q_s8(x.qs), vld1q_s8(y.qs));
+        return dot16(p, vld1q_s8(x.qs + 16), vld1q_s8(y.qs + 16));
+    }
+};
+
+struct DotIQ4_NL {
+    int32x4_t operator()(const block_iq4_nl& x, const block_q8_0& y) const {
+        const int8x16_t table = vld1q_s8(kvalues_iq4nl);
+        const uint8x16_t raw = vld1q_u8(x.qs);
+        const int8x16_t lo = vqtbl1q_s8(table, vandq_u8(raw, vdupq_n_u8(0x0F)));
+        const int8x16_t hi = vqtbl1q_s8(table, vshrq_n_u8(raw, 4));
+        return dot16(dot16(vdupq_n_s32(0), lo, vld1q_s8(y.qs)), hi, vld1q_s8(y.qs + 16));
+    }
+};
+
+void vec_dot_q4_0(int64_t n, float* s, const void* vx, const void* vy) {
+    *s = dot_blocks(n / QK4_0, static_cast<const block_q4_0*>(vx), static_cast<const block_q8_0*>(vy), DotQ4_0{});
+}
+void vec_dot_q8_0(int64_t n, float* s, const void* vx, const void* vy) {
+    *s = dot_blocks(n / QK8_0, static_cast<const block_q8_0*>(vx), static_cast<const block_q8_0*>(vy), DotQ8_0{});
+}
+void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
+    *s = dot_blocks(n / QK4_NL, static_cast<const block_iq4_nl*>(vx), static_cast<const block_q8_0*>(vy), DotIQ4_NL{});
+}
+
+// K-quants: per super-block an int32x4 accumulates sub-block dot products
+// times their integer scales (vmlaq_n_s32), reduced once per super-block.
+
+void vec_dot_q4_K(int64_t n, float* s, const void* vx, const void* vy) {
+    const auto* x = static_cast<const block_q4_K*>(vx);
+    const auto* y = static_cast<const block_q8_K*>(vy);
+    float sum = 0;
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        uint8_t sc[8], m[8];
+        k4_scales_mins(x[b].scales, sc, m);
+        const int32_t msum = k4_min_terms(y[b].bsums, m);
+        const int8_t* a = y[b].qs;
+        int32x4_t isum = vdupq_n_s32(0);
+        for (int j = 0; j < 4; ++j) {
+            const uint8x16_t q0 = vld1q_u8(x[b].qs + 32 * j), q1 = vld1q_u8(x[b].qs + 32 * j + 16);
+            int32x4_t lo = dot16(vdupq_n_s32(0), low_nibbles(q0), vld1q_s8(a + 64 * j));
+            lo = dot16(lo, low_nibbles(q1), vld1q_s8(a + 64 * j + 16));
+            int32x4_t hi = dot16(vdupq_n_s32(0), high_nibbles(q0), vld1q_s8(a + 64 * j + 32));
+            hi = dot16(hi, high_nibbles(q1), vld1q_s8(a + 64 * j + 48));
+            isum = vmlaq_n_s32(isum, lo, sc[2 * j]);
+            isum = vmlaq_n_s32(isum, hi, sc[2 * j + 1]);
+        }
+        const float dy = y[b].d;
+        sum += dy * h2f(x[b].d) * static_cast<float>(vaddvq_s32(isum)) - dy * h2f(x[b].dmin) * static_cast<float>(msum);
+    }
+    *s = sum;
+}
+
+void vec_dot_q5_K(int64_t n, float* s, const void* vx, const void* vy) {
+    const auto* x = static_cast<const block_q5_K*>(vx);
+    const auto* y = static_cast<const block_q8_K*>(vy);
+    const uint8x16_t sixteen = vdupq_n_u8(16);
+    float sum = 0;
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        uint8_t sc[8], m[8];
+        k4_scales_mins(x[b].scales, sc, m);
+        const int32_t msum = k4_min_terms(y[b].bsums, m);
+        // Bit j of qh[l] is bit 4 of element 32 j + l.
+        const uint8x16_t qh0 = vld1q_u8(x[b].qh), qh1 = vld1q_u8(x[b].qh + 16);
+        const int8_t* a = y[b].qs;
+        int32x4_t isum = vdupq_n_s32(0);
+        for (int j = 0; j < 4; ++j) {
+            const uint8x16_t q0 = vld1q_u8(x[b].qs + 32 * j), q1 = vld1q_u8(x[b].qs + 32 * j + 16);
+            const uint8x16_t blo = vdupq_n_u8(static_cast<uint8_t>(1u << (2 * j)));
+            const uint8x16_t bhi = vdupq_n_u8(static_cast<uint8_t>(1u << (2 * j + 1)));
+            const int8x16_t l0 = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q0, vdupq_n_u8(0x0F)), vandq_u8(vtstq_u8(qh0, blo), sixteen)));
+            const int8x16_t l1 = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q1, vdupq_n_u8(0x0F)), vandq_u8(vtstq_u8(qh1, blo), sixteen)));
+            const int8x16_t h0 = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q0, 4), vandq_u8(vtstq_u8(qh0, bhi), sixteen)));
+            const int8x16_t h1 = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q1, 4), vandq_u8(vtstq_u8(qh1, bhi), sixteen)));
+            const int32x4_t lo = dot16(dot16(vdupq_n_s32(0), l0, vld1q_s8(a + 64 * j)), l1, vld1q_s8(a + 64 * j + 16));
+            const int32x4_t hi = dot16(dot16(vdupq_n_s32(0), h0, vld1q_s8(a + 64 * j + 32)), h1, vld1q_s8(a + 64 * j + 48));
+            isum = vmlaq_n_s32(isum, lo, sc[2 * j]);
+            isum = vmlaq_n_s32(isum, hi, sc[2 * j + 1]);
+        }
+        const float dy = y[b].d;
+        sum += dy * h2f(x[b].d) * static_cast<float>(vaddvq_s32(isum)) - dy * h2f(x[b].dmin) * static_cast<float>(msum);
+    }
+    *s = sum;
+}
+
+// Q6_K: q = (low4 | high2 << 4) - 32, signed, so SDOT takes it directly.
+// Per 128-element half g and 16-byte column chunk h: ql[64g + 16h] and
+// ql[64g + 32 + 16h] hold the low nibbles of elements 32p + 16h + i
+// (p = 0, 1 low nibbles; p = 2, 3 high nibbles), qh[32g + 16h] their top
+// bits in bit pairs p.
+void vec_dot_q6_K(int64_t n, float* s, const void* vx, const void* vy) {
+    const auto* x = static_cast<const block_q6_K*>(vx);
+    const auto* y = static_cast<const block_q8_K*>(vy);
+    const uint8x16_t low4 = vdupq_n_u8(0x0F), low2 = vdupq_n_u8(3);
+    const int8x16_t offset = vdupq_n_s8(32);
+    float sum = 0;
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        const int8_t* sc = x[b].scales;
+        int32x4_t isum = vdupq_n_s32(0);
+        for (int g = 0; g < 2; ++g) {
+            const int8_t* a = y[b].qs + 128 * g;
+            for (int h = 0; h < 2; ++h) {
+                const uint8x16_t ql0 = vld1q_u8(x[b].ql + 64 * g + 16 * h);
+                const uint8x16_t ql1 = vld1q_u8(x[b].ql + 64 * g + 32 + 16 * h);
+                const uint8x16_t qh = vld1q_u8(x[b].qh + 32 * g + 16 * h);
+                uint8x16_t u[4];
+                u[0] = vorrq_u8(vandq_u8(ql0, low4), vshlq_n_u8(vandq_u8(qh, low2), 4));
+                u[1] = vorrq_u8(vandq_u8(ql1, low4), vshlq_n_u8(vandq_u8(vshrq_n_u8(qh, 2), low2), 4));
+                u[2] = vorrq_u8(vshrq_n_u8(ql0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(qh, 4), low2), 4));
+                u[3] = vorrq_u8(vshrq_n_u8(ql1, 4), vshlq_n_u8(vshrq_n_u8(qh, 6), 4));
+                for (int p = 0; p < 4; ++p) {
+                    const int8x16_t w = vsubq_s8(vreinterpretq_s8_u8(u[p]), offset);
+                    const int32x4_t d = dot16(vdupq_n_s32(0), w, vld1q_s8(a + 32 * p + 16 * h));
+                    isum = vmlaq_n_s32(isum, d, sc[8 * g + 2 * p + h]);
+                }
+            }
+        }
+        sum += y[b].d * h2f(x[b].d) * static_cast<float>(vaddvq_s32(isum));
+    }
+    *s = sum;
+}
+
+}  // namespace KILN_NEON_NS
+
+#endif  // KILN_NEON_BODY

@@ -1,0 +1,246 @@
+#include "model/context.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "core/quant.h"
+
+namespace kiln {
+
+void Batch::add(int32_t token, int32_t p, std::initializer_list<int> seq_ids, bool want_logits) {
+    uint64_t mask = 0;
+    for (int s : seq_ids) {
+        if (s < 0 || s >= kMaxSequences) throw std::invalid_argument("batch: sequence id " + std::to_string(s) + " is out of range");
+        mask |= uint64_t{1} << s;
+    }
+    tokens.push_back(token);
+    pos.push_back(p);
+    seqs.push_back(mask);
+    logits.push_back(want_logits ? 1 : 0);
+}
+
+void Batch::clear() {
+    tokens.clear();
+    pos.clear();
+    seqs.clear();
+    logits.clear();
+}
+
+namespace {
+
+uint32_t round_up(uint32_t n, uint32_t m) { return (n + m - 1) / m * m; }
+
+std::vector<int> layers_where(const HParams& hp, bool swa) {
+    std::vector<int> out;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        if (hp.is_swa(il) == swa) out.push_back(il);
+    }
+    return out;
+}
+
+}  // namespace
+
+Context::Context(const Model& model, const ContextParams& params)
+    : model_(model),
+      params_(params),
+      n_ctx_(params.n_ctx ? params.n_ctx : static_cast<uint32_t>(std::min<int64_t>(model.hparams().n_ctx_train, 1 << 20))),
+      cpu_(cpu::CpuBackendOptions{.n_threads = params.n_threads}),
+      sched_({&cpu_}, [](int) { return 0; }) {
+    const HParams& hp = model.hparams();
+    if (params_.n_ubatch == 0 || params_.n_batch == 0) throw std::invalid_argument("context: n_batch and n_ubatch must be > 0");
+    params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
+    n_ctx_ = round_up(n_ctx_, 32);
+    const KvCacheOptions base{.size = n_ctx_, .type_k = params.type_k, .type_v = params.type_v, .layers = {},
+                              .n_embd_k = hp.n_embd_k_gqa(), .n_embd_v = hp.n_embd_v_gqa(), .window = 0,
+                              .n_seq_max = params.n_seq_max};
+    KvCacheOptions global = base;
+    global.layers = layers_where(hp, false);
+    if (!global.layers.empty()) kv_global_ = std::make_unique<KvCache>(global, cpu_);
+    const auto swa_layers = layers_where(hp, true);
+    if (!swa_layers.empty()) {
+        // Sliding-window layers only ever see the last `window` positions of each sequence.
+        KvCacheOptions swa = base;
+        swa.layers = swa_layers;
+        swa.window = hp.sliding_window;
+        swa.size = std::min(n_ctx_, round_up(static_cast<uint32_t>(hp.sliding_window) * params.n_seq_max + params_.n_ubatch, 256));
+        kv_swa_ = std::make_unique<KvCache>(swa, cpu_);
+    }
+    if (!kv_global_) {  // every layer is sliding-window: the "global" slot holds them for position bookkeeping
+        kv_global_ = std::move(kv_swa_);
+    }
+}
+
+void Context::decode(const Batch& b) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const HParams& hp = model_.hparams();
+    const size_t n = b.tokens.size();
+    if (n == 0) throw std::invalid_argument("decode: the batch is empty");
+    if (b.pos.size() != n || b.seqs.size() != n || b.logits.size() != n) {
+        throw std::invalid_argument("decode: batch arrays differ in length");
+    }
+    if (n > params_.n_batch) {
+        throw std::invalid_argument("decode: batch of " + std::to_string(n) + " tokens exceeds n_batch " + std::to_string(params_.n_batch));
+    }
+    if (n > n_ctx_) {
+        throw ContextFullError("decode: " + std::to_string(n) + " tokens do not fit in a context of " + std::to_string(n_ctx_));
+    }
+    const uint64_t allowed = params_.n_seq_max >= 64 ? ~uint64_t{0} : (uint64_t{1} << params_.n_seq_max) - 1;
+    for (size_t i = 0; i < n; ++i) {
+        if (b.tokens[i] < 0 || b.tokens[i] >= hp.n_vocab) {
+            throw std::invalid_argument("decode: token id " + std::to_string(b.tokens[i]) + " at batch index " + std::to_string(i) +
+                                        " is outside the vocabulary of " + std::to_string(hp.n_vocab));
+        }
+        if (b.pos[i] < 0) throw std::invalid_argument("decode: negative position at batch index " + std::to_string(i));
+        if (b.seqs[i] == 0 || (b.seqs[i] & ~allowed)) {
+            throw std::invalid_argument("decode: batch index " + std::to_string(i) + " has no sequence or one >= n_seq_max " +
+                                        std::to_string(params_.n_seq_max));
+        }
+    }
+    if (kv_global_->has_pending_shift() || (kv_swa_ && kv_swa_->has_pending_shift())) apply_kv_shift();
+
+    size_t n_out = 0;
+    output_row_.assign(n, -1);
+    for (size_t i = 0; i < n; ++i) {
+        if (b.logits[i]) output_row_[i] = static_cast<int32_t>(n_out++);
+    }
+    logits_.assign(n_out * static_cast<size_t>(hp.n_vocab), 0.0f);
+    for (size_t begin = 0; begin < n; begin += params_.n_ubatch) {
+        decode_ubatch(b, begin, std::min(n, begin + params_.n_ubatch));
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (n > 1) {
+        perf_.t_prompt_ms += ms;
+        perf_.n_prompt += static_cast<int64_t>(n);
+    } else {
+        perf_.t_eval_ms += ms;
+        perf_.n_eval += 1;
+    }
+}
+
+void Context::decode_ubatch(const Batch& b, size_t begin, size_t end) {
+    const HParams& hp = model_.hparams();
+    const auto n_tokens = static_cast<int64_t>(end - begin);
+    const std::span<const int32_t> pos(b.pos.data() + begin, end - begin);
+    const std::span<const uint64_t> seqs(b.seqs.data() + begin, end - begin);
+    std::vector<int32_t> out_ids;
+    for (size_t i = begin; i < end; ++i) {
+        if (b.logits[i]) out_ids.push_back(static_cast<int32_t>(i - begin));
+    }
+
+    // Cells for the new tokens in each cache (all-or-nothing across the caches).
+    std::vector<int32_t> slots_global = kv_global_->place(pos, seqs);
+    std::vector<int32_t> slots_swa;
+    if (kv_swa_) {
+        try {
+            slots_swa = kv_swa_->place(pos, seqs);
+        } catch (...) {
+            kv_global_->release(slots_global);
+            throw;
+        }
+    }
+
+    Graph g;
+    KvCache* caches[2] = {kv_global_.get(), kv_swa_.get()};
+    if (kv_global_->window() > 0) std::swap(caches[0], caches[1]);  // all-SWA model
+    GraphBuilder gb(g, hp, model_.weights(), caches[0], caches[1], n_tokens, static_cast<int64_t>(out_ids.size()));
+    Tensor* logits = model_.arch().build_graph(gb);
+    sched_.allocate(g);
+
+    std::memcpy(gb.in.tokens->data, b.tokens.data() + begin, static_cast<size_t>(n_tokens) * sizeof(int32_t));
+    std::memcpy(gb.in.positions->data, pos.data(), static_cast<size_t>(n_tokens) * sizeof(int32_t));
+    if (!out_ids.empty()) std::memcpy(gb.in.out_ids->data, out_ids.data(), out_ids.size() * sizeof(int32_t));
+    for (int c = 0; c < 2; ++c) {
+        if (!caches[c]) continue;
+        const auto& slots = caches[c] == kv_global_.get() ? slots_global : slots_swa;
+        std::memcpy(gb.in.cache[c].store_idx->data, slots.data(), slots.size() * sizeof(int32_t));
+        caches[c]->fill_mask(static_cast<float*>(gb.in.cache[c].mask->data), gb.in.cache[c].n_kv, pos, seqs);
+    }
+    sched_.compute(g);
+
+    for (size_t r = 0; r < out_ids.size(); ++r) {
+        const size_t row = static_cast<size_t>(output_row_[begin + static_cast<size_t>(out_ids[r])]);
+        std::memcpy(logits_.data() + row * static_cast<size_t>(hp.n_vocab), logits->row(static_cast<int64_t>(r)),
+                    static_cast<size_t>(hp.n_vocab) * sizeof(float));
+    }
+}
+
+// Rotates cached K rows by the position deltas recorded by seq_add: RoPE of
+// angle (p + d) equals RoPE of angle d applied after RoPE of angle p.
+void Context::apply_kv_shift() {
+    const HParams& hp = model_.hparams();
+    for (KvCache* kv : {kv_global_.get(), kv_swa_.get()}) {
+        if (!kv || !kv->has_pending_shift()) continue;
+        const auto shift = kv->pending_shift();
+        std::vector<float> row(static_cast<size_t>(hp.n_embd_k_gqa()));
+        for (int il : kv->options().layers) {
+            Tensor* k = kv->k(il);
+            const bool swa = hp.is_swa(il);
+            const double base = swa ? hp.rope_freq_base_swa : hp.rope_freq_base;
+            const double fscale = swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale;
+            const int half = hp.n_rot / 2;
+            for (size_t c = 0; c < shift.size(); ++c) {
+                if (shift[c] == 0) continue;
+                dequantize_row(k->type, k->row(static_cast<int64_t>(c)), row.data(), k->ne[0]);
+                for (int64_t h = 0; h < hp.n_head_kv; ++h) {
+                    float* x = row.data() + h * hp.head_dim;
+                    const double theta_scale = std::pow(base, -2.0 / hp.n_rot);
+                    double theta = shift[c] * fscale;
+                    for (int i = 0; i < half; ++i, theta *= theta_scale) {
+                        const int a = hp.rope_mode == RopeMode::Neox ? i : 2 * i;
+                        const int bb = hp.rope_mode == RopeMode::Neox ? i + half : 2 * i + 1;
+                        const float cs = static_cast<float>(std::cos(theta)), sn = static_cast<float>(std::sin(theta));
+                        const float x0 = x[a], x1 = x[bb];
+                        x[a] = x0 * cs - x1 * sn;
+                        x[bb] = x0 * sn + x1 * cs;
+                    }
+                }
+                quantize(k->type, row.data(), k->row(static_cast<int64_t>(c)), 1, k->ne[0]);
+            }
+        }
+        kv->clear_pending_shift();
+    }
+}
+
+const float* Context::logits(int32_t i) const {
+    const auto n = static_cast<int32_t>(output_row_.size());
+    if (i < 0) i += n;
+    if (i < 0 || i >= n || output_row_[static_cast<size_t>(i)] < 0) {
+        throw std::invalid_argument("logits: batch index " + std::to_string(i) + " has no logits (set its logits flag)");
+    }
+    return logits_.data() + static_cast<size_t>(output_row_[static_cast<size_t>(i)]) * static_cast<size_t>(n_vocab());
+}
+
+void Context::seq_rm(int seq, int32_t p0, int32_t p1) {
+    kv_global_->seq_rm(seq, p0, p1);
+    if (kv_swa_) kv_swa_->seq_rm(seq, p0, p1);
+}
+void Context::seq_cp(int src, int dst, int32_t p0, int32_t p1) {
+    kv_global_->seq_cp(src, dst, p0, p1);
+    if (kv_swa_) kv_swa_->seq_cp(src, dst, p0, p1);
+}
+void Context::seq_keep(int seq) {
+    kv_global_->seq_keep(seq);
+    if (kv_swa_) kv_swa_->seq_keep(seq);
+}
+void Context::seq_add(int seq, int32_t p0, int32_t p1, int32_t delta) {
+    kv_global_->seq_add(seq, p0, p1, delta);
+    if (kv_swa_) kv_swa_->seq_add(seq, p0, p1, delta);
+}
+int32_t Context::seq_pos_max(int seq) const { return kv_global_->seq_pos_max(seq); }
+void Context::kv_clear() {
+    kv_global_->clear();
+    if (kv_swa_) kv_swa_->clear();
+}
+uint32_t Context::kv_used() const { return kv_global_->used(); }
+size_t Context::kv_bytes() const { return kv_global_->memory_bytes() + (kv_swa_ ? kv_swa_->memory_bytes() : 0); }
+size_t Context::compute_bytes() const {
+    size_t n = 0;
+    for (size_t s : sched_.buffer_sizes()) n += s;
+    return n;
+}
+
+}  // namespace kiln

@@ -1,0 +1,113 @@
+#include "model/model.h"
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+#include <unordered_set>
+
+#if !defined(_WIN32)
+#include <sys/mman.h>
+#endif
+
+namespace kiln {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+    return r + "]";
+}
+
+class FileWeightLoader final : public WeightLoader {
+public:
+    FileWeightLoader(const gguf::File& f, std::deque<Tensor>& out) : f_(f), out_(out) {}
+
+    Tensor* require(const std::string& name, std::vector<int64_t> shape) override {
+        Tensor* t = optional(name, std::move(shape));
+        if (!t) throw std::runtime_error(f_.path() + ": tensor '" + name + "' is missing");
+        return t;
+    }
+
+    Tensor* optional(const std::string& name, std::vector<int64_t> shape) override {
+        const gguf::TensorInfo* info = f_.find_tensor(name);
+        if (!info) return nullptr;
+        std::vector<int64_t> have = info->shape;
+        while (have.size() > shape.size() && have.back() == 1) have.pop_back();
+        while (shape.size() > have.size() && shape.back() == 1) shape.pop_back();
+        if (have != shape) {
+            throw std::runtime_error(f_.path() + ": tensor '" + name + "' has shape " + shape_str(info->shape) + ", expected " +
+                                     shape_str(shape));
+        }
+        Tensor& t = out_.emplace_back();
+        t.type = info->type;
+        for (size_t i = 0; i < info->shape.size(); ++i) t.ne[i] = info->shape[i];
+        set_contiguous_strides(t);
+        t.name = name;
+        t.data = const_cast<uint8_t*>(f_.tensor_data(*info).data());  // read-only mapping: kernels only read weights
+        used_.insert(name);
+        return &t;
+    }
+
+    const std::unordered_set<std::string>& used() const { return used_; }
+
+private:
+    const gguf::File& f_;
+    std::deque<Tensor>& out_;
+    std::unordered_set<std::string> used_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelParams& params) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<Model> m(new Model(gguf::File::open(path, gguf::OpenOptions{.use_mmap = params.use_mmap})));
+    const auto arch_name = m->file_.get_string("general.architecture");
+    if (!arch_name) throw std::runtime_error(path + ": metadata key 'general.architecture' is missing");
+    m->arch_ = find_architecture(*arch_name);
+    if (!m->arch_) {
+        std::string known;
+        for (auto n : architecture_names()) known += (known.empty() ? "" : ", ") + std::string(n);
+        throw std::runtime_error(path + ": unknown architecture '" + *arch_name + "' (kiln knows: " + known + ")");
+    }
+    m->hp_.arch = *arch_name;
+    read_common_hparams(m->file_, m->hp_);
+    m->arch_->load_hparams(m->file_, m->hp_);
+    FileWeightLoader wl(m->file_, m->tensors_);
+    m->arch_->load_weights(wl, m->hp_, m->w_);
+
+    // Touch every page of the weights once (with progress) so the first decode does not pay for
+    // page faults, and lock them in RAM when asked.
+    size_t total = 0;
+    for (const Tensor& t : m->tensors_) total += t.nbytes();
+    size_t done = 0;
+    volatile uint8_t sink = 0;
+    for (const Tensor& t : m->tensors_) {
+        const auto* p = static_cast<const uint8_t*>(t.data);
+        const size_t n = t.nbytes();
+        for (size_t off = 0; off < n; off += 4096) sink = static_cast<uint8_t>(sink + p[off]);
+#if !defined(_WIN32)
+        if (params.use_mlock && ::mlock(p, n) != 0) {
+            std::fprintf(stderr, "kiln: warning: mlock of '%s' failed (raise RLIMIT_MEMLOCK?); continuing unlocked\n",
+                         t.name.c_str());
+        }
+#endif
+        done += n;
+        m->n_params_ += t.nelements();
+        if (params.progress && !params.progress(total ? static_cast<float>(done) / static_cast<float>(total) : 1.0f)) {
+            throw std::runtime_error(path + ": loading cancelled");
+        }
+    }
+    m->weights_bytes_ = total;
+    m->load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return m;
+}
+
+std::string Model::description() const {
+    std::string d = hp_.arch;
+    if (auto label = file_.get_string("general.size_label")) d += " " + *label;
+    else d += " " + std::to_string(n_params_ / 1000000) + "M";
+    if (auto ft = file_.get_u64("general.file_type")) d += " (file type " + std::to_string(*ft) + ")";
+    return d;
+}
+
+}  // namespace kiln

@@ -1,0 +1,55 @@
+// A loaded model: the GGUF file (memory-mapped by default), its
+// hyper-parameters, its architecture, and the weight tensors, which point
+// straight into the mapping.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "model/arch.h"
+#include "model/gguf.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+
+namespace kiln {
+
+struct ModelParams {
+    int n_gpu_layers = 0;    // layers to offload (no GPU backend yet: all layers run on the CPU)
+    bool use_mmap = true;
+    bool use_mlock = false;  // lock the weights in RAM
+    // Called with the fraction loaded (0..1); returning false cancels the load.
+    std::function<bool(float)> progress;
+};
+
+class Model {
+public:
+    // Loads and validates a model. Throws std::runtime_error (or gguf::Error) naming the file and
+    // what is wrong: not GGUF, truncated, unknown architecture, missing or mis-shaped tensor.
+    static std::unique_ptr<Model> load(const std::string& path, const ModelParams& params = {});
+
+    const std::string& path() const { return file_.path(); }
+    const gguf::File& file() const { return file_; }
+    const HParams& hparams() const { return hp_; }
+    const Architecture& arch() const { return *arch_; }
+    const ModelWeights& weights() const { return w_; }
+    size_t weights_bytes() const { return weights_bytes_; }
+    int64_t n_params() const { return n_params_; }
+    double load_ms() const { return load_ms_; }
+    // A one-line description such as "gemma3 270M Q4_K - Medium".
+    std::string description() const;
+
+private:
+    explicit Model(gguf::File f) : file_(std::move(f)) {}
+    gguf::File file_;
+    HParams hp_;
+    const Architecture* arch_ = nullptr;
+    ModelWeights w_;
+    std::deque<Tensor> tensors_;  // weight tensors (stable addresses)
+    size_t weights_bytes_ = 0;
+    int64_t n_params_ = 0;
+    double load_ms_ = 0;
+};
+
+}  // namespace kiln

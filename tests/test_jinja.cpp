@@ -1,0 +1,274 @@
+// kiln::jinja tests: API checks plus the conformance suite generated with Python
+// jinja2 by tests/python/gen_jinja_cases.py (run as a CTest fixture; the file is
+// found through $KILN_JINJA_CASES or the KILN_JINJA_CASES compile definition).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "model/jinja/chat_template.h"
+
+namespace {
+
+using kiln::jinja::ChatTemplateOptions;
+using kiln::jinja::Error;
+using kiln::jinja::Template;
+using kiln::jinja::TemplateOptions;
+using kiln::jinja::Value;
+using ojson = nlohmann::ordered_json;
+
+// The generator's strftime_now uses datetime(2024, 7, 26, 9, 5, 3).
+std::string fixed_strftime(const std::string& format) {
+  std::tm tm{};
+  tm.tm_year = 2024 - 1900;
+  tm.tm_mon = 6;
+  tm.tm_mday = 26;
+  tm.tm_hour = 9;
+  tm.tm_min = 5;
+  tm.tm_sec = 3;
+  tm.tm_wday = 5;    // Friday
+  tm.tm_yday = 207;  // 0-based day of the year
+  tm.tm_isdst = -1;
+  char buf[512];
+  std::size_t n = std::strftime(buf, sizeof buf, format.c_str(), &tm);
+  return std::string(buf, n);
+}
+
+kiln::jinja::Context render_context(const ojson& ctx) {
+  kiln::jinja::Context c;
+  for (auto it = ctx.begin(); it != ctx.end(); ++it) c[it.key()] = kiln::jinja::from_json(it.value());
+  c["raise_exception"] = kiln::jinja::raise_exception_function();
+  c["strftime_now"] = kiln::jinja::make_function("strftime_now", [](const kiln::jinja::CallArgs& a) {
+    return Value(fixed_strftime(a.positional.at(0).str()));
+  });
+  return c;
+}
+
+struct Outcome {
+  bool ok = false;
+  std::string output;
+  Error::Kind kind = Error::Kind::Runtime;
+  std::string message;
+};
+
+Outcome run_case(const ojson& c) {
+  Outcome r;
+  const ojson& opts = c["options"];
+  try {
+    if (c["kind"] == "chat") {
+      const ojson& ctx = c["context"];
+      ChatTemplateOptions o;
+      o.add_generation_prompt = ctx["add_generation_prompt"].get<bool>();
+      o.bos_token = ctx["bos_token"].get<std::string>();
+      o.eos_token = ctx["eos_token"].get<std::string>();
+      o.tools = ctx["tools"];
+      o.documents = ctx["documents"];
+      o.extra_context = ctx["extra"];
+      o.strftime_now = fixed_strftime;
+      r.output = kiln::jinja::apply_chat_template(c["template"].get<std::string>(), ctx["messages"], o);
+    } else {
+      TemplateOptions o;
+      o.trim_blocks = opts.value("trim_blocks", true);
+      o.lstrip_blocks = opts.value("lstrip_blocks", true);
+      o.keep_trailing_newline = opts.value("keep_trailing_newline", false);
+      o.immutable_sandbox = opts.value("immutable_sandbox", true);
+      o.tojson = opts.value("tojson", std::string("transformers")) == "jinja2" ? kiln::jinja::TojsonStyle::Jinja2
+                                                                               : kiln::jinja::TojsonStyle::Transformers;
+      Template t(c["template"].get<std::string>(), o);
+      r.output = t.render(render_context(c["context"]));
+    }
+    r.ok = true;
+  } catch (const Error& e) {
+    r.kind = e.kind();
+    r.message = e.what();
+  } catch (const std::exception& e) {
+    r.kind = Error::Kind::Runtime;
+    r.message = std::string("non-jinja exception: ") + e.what();
+  }
+  return r;
+}
+
+const char* kind_name(Error::Kind k) {
+  switch (k) {
+    case Error::Kind::Syntax:
+      return "Syntax";
+    case Error::Kind::Undefined:
+      return "Undefined";
+    case Error::Kind::Type:
+      return "Type";
+    case Error::Kind::Security:
+      return "Security";
+    case Error::Kind::Unsupported:
+      return "Unsupported";
+    case Error::Kind::Raised:
+      return "Raised";
+    case Error::Kind::Runtime:
+      return "Runtime";
+  }
+  return "?";
+}
+
+std::string show(const std::string& s, std::size_t max = 400) {
+  std::string t = ojson(s).dump();
+  return t.size() > max ? t.substr(0, max) + "..." : t;
+}
+
+// Returns an empty string when the outcome matches the expectation.
+std::string check(const ojson& c, const Outcome& r) {
+  const ojson& err = c["error"];
+  if (err.is_null()) {
+    if (!r.ok) return std::string("unexpected error [") + kind_name(r.kind) + "] " + r.message;
+    std::string expected = c["expected"].get<std::string>();
+    if (r.output == expected) return "";
+    std::size_t i = 0;
+    while (i < expected.size() && i < r.output.size() && expected[i] == r.output[i]) ++i;
+    std::size_t from = i > 60 ? i - 60 : 0;
+    return "output differs at byte " + std::to_string(i) + "\n      expected: " + show(expected.substr(from)) +
+           "\n      actual:   " + show(r.output.substr(from));
+  }
+  std::string type = err["type"].get<std::string>();
+  std::string message = err["message"].get<std::string>();
+  if (r.ok) return "expected " + type + " (" + message + ") but rendered " + show(r.output);
+  if (type == "TemplateError") {
+    if (r.kind != Error::Kind::Raised || r.message != message)
+      return "expected raise_exception(" + show(message) + "), got [" + kind_name(r.kind) + "] " + r.message;
+  } else if (type == "UndefinedError" && r.kind != Error::Kind::Undefined) {
+    return std::string("expected UndefinedError, got [") + kind_name(r.kind) + "] " + r.message;
+  } else if (type == "SecurityError" && r.kind != Error::Kind::Security) {
+    return std::string("expected SecurityError, got [") + kind_name(r.kind) + "] " + r.message;
+  } else if ((type == "TemplateSyntaxError" || type == "TemplateAssertionError") && r.kind != Error::Kind::Syntax) {
+    return std::string("expected a syntax error, got [") + kind_name(r.kind) + "] " + r.message;
+  }
+  return "";
+}
+
+std::string cases_path() {
+  if (const char* p = std::getenv("KILN_JINJA_CASES")) return p;
+#ifdef KILN_JINJA_CASES
+  return KILN_JINJA_CASES;
+#else
+  return "";
+#endif
+}
+
+}  // namespace
+
+TEST(JinjaConformance, MatchesPythonJinja2) {
+  std::string path = cases_path();
+  std::ifstream in(path);
+  if (path.empty() || !in) {
+    GTEST_SKIP() << "no conformance cases at '" << path
+                 << "': run `python3 tests/python/gen_jinja_cases.py OUT.json` (needs Python jinja2) and set "
+                    "KILN_JINJA_CASES=OUT.json";
+  }
+  ojson doc = ojson::parse(in);
+  const ojson& cases = doc["cases"];
+  std::size_t passed = 0, chat_total = 0, chat_passed = 0;
+  std::ostringstream failures;
+  std::size_t shown = 0;
+  for (const auto& c : cases) {
+    Outcome r = run_case(c);
+    std::string problem = check(c, r);
+    bool chat = c["kind"] == "chat";
+    chat_total += chat ? 1 : 0;
+    if (problem.empty()) {
+      ++passed;
+      chat_passed += chat ? 1 : 0;
+    } else if (shown++ < 60) {
+      failures << "  FAIL " << c["name"].get<std::string>() << ": " << problem << "\n";
+    }
+  }
+  std::cout << failures.str();
+  std::cout << "jinja conformance (chat templates): " << chat_passed << "/" << chat_total << " passed\n";
+  std::cout << "jinja conformance: " << passed << "/" << cases.size() << " passed (reference: jinja2 "
+            << doc.value("jinja2_version", std::string("?")) << ")\n";
+  EXPECT_EQ(passed, cases.size()) << failures.str();
+}
+
+// ---------------------------------------------------------------- API checks
+
+TEST(Jinja, ApplyChatTemplateFrontEnd) {
+  const std::string tmpl =
+      "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+      "{% if tools %}{{ tools|tojson }}{% endif %}{% if add_generation_prompt %}<|assistant|>{% endif %}";
+  nlohmann::json messages = {{{"role", "user"}, {"content", "hi"}}};
+  std::string out = kiln::jinja::apply_chat_template(tmpl, messages, {.add_generation_prompt = true, .bos_token = "<s>"});
+  EXPECT_EQ(out, "<s><|user|>hi\n<|assistant|>");
+  ojson tools = ojson::parse(R"([{"type":"function","function":{"name":"f","parameters":{"z":1,"a":"é<"}}}])");
+  out = kiln::jinja::apply_chat_template(tmpl, ojson::array(), {.tools = tools});
+  EXPECT_EQ(out, R"([{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": "é<"}}}])");
+}
+
+TEST(Jinja, ChatTemplateDefaultsAndExtraContext) {
+  kiln::jinja::ChatTemplate t("{{ tools is none }} {{ documents is none }} {{ flag }} {{ strftime_now('%Y')|length }}");
+  EXPECT_EQ(t.apply(ojson::array(), {.extra_context = {{"flag", "on"}}}), "True True on 4");
+}
+
+TEST(Jinja, RaiseExceptionMessage) {
+  try {
+    kiln::jinja::apply_chat_template("{{ raise_exception('Roles must alternate') }}", ojson::array());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::Raised);
+    EXPECT_STREQ(e.what(), "Roles must alternate");
+    EXPECT_EQ(e.message(), "Roles must alternate");
+  }
+}
+
+TEST(Jinja, ErrorsNameConstructAndLine) {
+  try {
+    Template t("a\nb\n{% include 'x' %}");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::Unsupported);
+    EXPECT_EQ(e.line(), 3);
+    EXPECT_NE(std::string(e.what()).find("include"), std::string::npos) << e.what();
+  }
+  try {
+    Template t("line 1\n{{ x.y }}");
+    t.render({});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::Undefined);
+    EXPECT_EQ(e.line(), 2);
+    EXPECT_NE(std::string(e.what()).find("'x' is undefined"), std::string::npos) << e.what();
+  }
+  try {
+    Template t("{% for x in y %}\n{{ x | nosuchfilter }}{% endfor %}");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::Syntax);
+    EXPECT_EQ(e.line(), 2);
+    EXPECT_NE(std::string(e.what()).find("nosuchfilter"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Jinja, TemplateIsReusable) {
+  Template t("{% set ns = namespace(n=0) %}{% for i in items %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}",
+             {.trim_blocks = true, .lstrip_blocks = true});
+  EXPECT_EQ(t.render({{"items", kiln::jinja::from_json(ojson::parse("[1,2,3]"))}}), "6");
+  EXPECT_EQ(t.render({{"items", kiln::jinja::from_json(ojson::parse("[10]"))}}), "10");
+}
+
+TEST(Jinja, MutableSandboxOption) {
+  Template strict("{% set l = [] %}{{ l.append(1) }}{{ l }}");
+  EXPECT_THROW(strict.render({}), Error);
+  Template relaxed("{% set l = [] %}{{ l.append(1) }}{{ l }}", {.immutable_sandbox = false});
+  EXPECT_EQ(relaxed.render({}), "None[1]");
+}
+
+TEST(Jinja, Jinja2TojsonStyle) {
+  Template t("{{ {'b': '<&>', 'a': 'é'}|tojson }}", {.tojson = kiln::jinja::TojsonStyle::Jinja2});
+  EXPECT_EQ(t.render({}), R"({"a": "\u00e9", "b": "\u003c\u0026\u003e"})");
+  Template hf("{{ {'b': '<&>', 'a': 'é'}|tojson }}");
+  EXPECT_EQ(hf.render({}), R"({"b": "<&>", "a": "é"})");
+}
+
+TEST(Jinja, PythonValueFormatting) {
+  Template t("{{ [1, 'a', none, true, 1.5, {'k': (1,)}] }} {{ 1e16 }} {{ 0.1 + 0.2 }} {{ 10 // 3 }} {{ -7 % 3 }}");
+  EXPECT_EQ(t.render({}), "[1, 'a', None, True, 1.5, {'k': (1,)}] 1e+16 0.30000000000000004 3 2");
+}
