@@ -244,41 +244,118 @@ TEST_P(CpuKernels, ScalarMatchesDequantized) {
     }
 }
 
-// Every supported SIMD set: same activation format, bit-identical activation
-// conversion, and dot products equal to the scalar ones up to the order of
-// float accumulation. Weights are both quantized rows and raw random blocks.
-TEST_P(CpuKernels, SimdMatchesScalar) {
-    const Type wt = GetParam();
+// A SIMD table entry against the scalar one: same activation format,
+// bit-identical activation conversion, and dot products equal up to the
+// order of float accumulation. Weights are both quantized rows and raw
+// random blocks.
+void expect_matches_scalar(Type wt, const kiln::cpu::TypeKernels& k) {
     const auto& ref = kiln::cpu::kernels(wt, Isa::Scalar);
     const int64_t wbs = kiln::traits(wt).block_size;
+    ASSERT_EQ(k.vec_dot_type, ref.vec_dot_type);
+    ASSERT_NE(k.vec_dot, nullptr);
+    ASSERT_NE(k.from_float, nullptr);
+    std::mt19937 rng(99 + static_cast<unsigned>(wt));
+    for (int64_t n : row_lengths(wt)) {
+        SCOPED_TRACE("n = " + std::to_string(n));
+        const auto a = random_row(rng, n, 32);
+        std::vector<uint8_t> aq(kiln::row_size(ref.vec_dot_type, n)), aq_simd(aq.size());
+        ref.from_float(a.data(), aq.data(), n);
+        k.from_float(a.data(), aq_simd.data(), n);
+        EXPECT_EQ(0, std::memcmp(aq.data(), aq_simd.data(), aq.size())) << "from_float differs from scalar";
+        const auto ad = dequantize(ref.vec_dot_type, aq, n);
+
+        for (int variant = 0; variant < 2; ++variant) {
+            const auto wq = variant == 0 ? quantize_row(wt, random_row(rng, n, static_cast<int>(std::max<int64_t>(wbs, 32))))
+                                         : random_blocks(rng, wt, n);
+            const auto wd = dequantize(wt, wq, n);
+            float want = 0, got = 0;
+            ref.vec_dot(n, &want, wq.data(), aq.data());
+            k.vec_dot(n, &got, wq.data(), aq.data());
+            const double mag = magnitude(wd, ad, std::max<int64_t>(wbs, 1));
+            EXPECT_NEAR(got, want, 1e-5 * mag + 1e-30)
+                << kiln::type_name(wt) << (variant == 0 ? " quantized row" : " random blocks");
+        }
+    }
+}
+
+TEST_P(CpuKernels, SimdMatchesScalar) {
+    const Type wt = GetParam();
     for (Isa isa : supported_isas()) {
         if (isa == Isa::Scalar) continue;
         SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
-        const auto& k = kiln::cpu::kernels(wt, isa);
-        ASSERT_EQ(k.vec_dot_type, ref.vec_dot_type);
-        ASSERT_NE(k.vec_dot, nullptr);
-        ASSERT_NE(k.from_float, nullptr);
-        std::mt19937 rng(99 + static_cast<unsigned>(wt));
-        for (int64_t n : row_lengths(wt)) {
-            SCOPED_TRACE("n = " + std::to_string(n));
-            const auto a = random_row(rng, n, 32);
-            std::vector<uint8_t> aq(kiln::row_size(ref.vec_dot_type, n)), aq_isa(aq.size());
-            ref.from_float(a.data(), aq.data(), n);
-            k.from_float(a.data(), aq_isa.data(), n);
-            EXPECT_EQ(0, std::memcmp(aq.data(), aq_isa.data(), aq.size())) << "from_float differs from scalar";
-            const auto ad = dequantize(ref.vec_dot_type, aq, n);
+        expect_matches_scalar(wt, kiln::cpu::kernels(wt, isa));
+    }
+}
 
-            for (int variant = 0; variant < 2; ++variant) {
-                const auto wq = variant == 0 ? quantize_row(wt, random_row(rng, n, static_cast<int>(std::max<int64_t>(wbs, 32))))
-                                             : random_blocks(rng, wt, n);
-                const auto wd = dequantize(wt, wq, n);
-                float want = 0, got = 0;
-                ref.vec_dot(n, &want, wq.data(), aq.data());
-                k.vec_dot(n, &got, wq.data(), aq.data());
-                const double mag = magnitude(wd, ad, std::max<int64_t>(wbs, 1));
-                EXPECT_NEAR(got, want, 1e-5 * mag + 1e-30)
-                    << kiln::type_name(wt) << (variant == 0 ? " quantized row" : " random blocks");
-            }
+}  // namespace
+
+// The per-set tables (internal to the library, exported like the rest of
+// it): called directly to reach the variants this CPU would not be given,
+// e.g. the AVX-512 kernels without VNNI / BF16 on a CPU that has both.
+namespace kiln::cpu::detail {
+#if defined(__x86_64__) || defined(_M_X64)
+const TypeKernels* avx512_kernels(Type t, const CpuFeatures& f);
+#endif
+#if defined(__aarch64__) || defined(_M_ARM64)
+const TypeKernels* neon_kernels(Type t, const CpuFeatures& f);
+#endif
+}  // namespace kiln::cpu::detail
+
+namespace {
+
+TEST_P(CpuKernels, SimdVariantsWithoutExtensions) {
+    [[maybe_unused]] const Type wt = GetParam();
+    [[maybe_unused]] kiln::cpu::CpuFeatures f = kiln::cpu::cpu_features();
+#if defined(__x86_64__) || defined(_M_X64)
+    if (kiln::cpu::isa_supported(Isa::Avx512)) {
+        f.avx512vnni = false;
+        f.avx512bf16 = false;
+        SCOPED_TRACE("avx512 without vnni/bf16");
+        if (const auto* k = kiln::cpu::detail::avx512_kernels(wt, f)) expect_matches_scalar(wt, *k);
+    }
+#endif
+#if defined(__aarch64__) || defined(_M_ARM64)
+    if (kiln::cpu::isa_supported(Isa::Neon)) {
+        f.dotprod = false;
+        f.i8mm = false;
+        SCOPED_TRACE("neon without dotprod");
+        if (const auto* k = kiln::cpu::detail::neon_kernels(wt, f)) expect_matches_scalar(wt, *k);
+    }
+#endif
+}
+
+// Activation conversion on the values random rows never produce: every
+// float bit pattern class (NaN payloads, infinities, subnormals, fp16
+// overflow) for F16 / BF16, and exact rounding ties for the 8-bit formats
+// (a block whose largest magnitude is 127 has scale 1, so x.5 values are
+// ties: Q8_0 rounds them away from zero, Q8_K to even).
+TEST(CpuKernelsFromFloat, SpecialValuesBitExact) {
+    std::mt19937 rng(7);
+    std::vector<float> bits(4099);
+    for (auto& v : bits) {
+        const uint32_t u = static_cast<uint32_t>(rng());
+        std::memcpy(&v, &u, sizeof(v));
+    }
+    const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 65504.0f, 65519.0f, 65520.0f, -65520.0f,
+                              1e-8f, -3e-41f, 5.96e-8f, 2.98e-8f, 1.00390625f, 1.01171875f, 3.4e38f};
+    std::copy(std::begin(specials), std::end(specials), bits.begin());
+
+    std::vector<float> ties(2 * 256);
+    for (size_t i = 0; i < ties.size(); ++i) ties[i] = static_cast<float>(static_cast<int>(i % 200) - 100) + 0.5f;
+    for (size_t b = 0; b < ties.size(); b += 32) ties[b] = 127.0f;  // block maximum first: scale exactly 1
+
+    for (Isa isa : supported_isas()) {
+        if (isa == Isa::Scalar) continue;
+        SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
+        for (Type wt : {Type::F16, Type::BF16, Type::Q8_0, Type::Q4_K}) {
+            const auto& ref = kiln::cpu::kernels(wt, Isa::Scalar);
+            const auto& k = kiln::cpu::kernels(wt, isa);
+            const auto& x = (wt == Type::F16 || wt == Type::BF16) ? bits : ties;
+            const int64_t n = static_cast<int64_t>(x.size());
+            std::vector<uint8_t> want(kiln::row_size(ref.vec_dot_type, n)), got(want.size());
+            ref.from_float(x.data(), want.data(), n);
+            k.from_float(x.data(), got.data(), n);
+            EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size())) << kiln::type_name(ref.vec_dot_type);
         }
     }
 }

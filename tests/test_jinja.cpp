@@ -272,3 +272,15 @@ TEST(Jinja, PythonValueFormatting) {
   Template t("{{ [1, 'a', none, true, 1.5, {'k': (1,)}] }} {{ 1e16 }} {{ 0.1 + 0.2 }} {{ 10 // 3 }} {{ -7 % 3 }}");
   EXPECT_EQ(t.render({}), "[1, 'a', None, True, 1.5, {'k': (1,)}] 1e+16 0.30000000000000004 3 2");
 }
+
+TEST(Jinja, PathologicalInputsFailCleanly) {
+  std::string deep(2000, '(');
+  EXPECT_THROW(Template("{{ " + deep + "1" + std::string(2000, ')') + " }}"), Error);
+  std::string blocks;
+  for (int i = 0; i < 1000; ++i) blocks += "{% if true %}";
+  EXPECT_THROW(Template{blocks}, Error);
+  EXPECT_THROW(Template("{{ 'ab' * 1000000000000 }}").render({}), Error);
+  EXPECT_THROW(Template("{{ '%99999999999999999999d' % 1 }}").render({}), Error);
+  EXPECT_THROW(Template("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").render({}), Error);
+  EXPECT_THROW(Template("{{ 'x'.center(100000000000) }}").render({}), Error);
+}

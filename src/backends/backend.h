@@ -15,6 +15,16 @@
 
 namespace kiln {
 
+// How matrix products treat their activations.
+//  Fast:    quantize activations once to the weight type's 8-bit format (as llama.cpp does).
+//  Precise: add a second 8-bit pass over the quantization residual, so activations carry about
+//           16 bits: models with large activation outliers (Gemma) then match a float64
+//           reference closely; costs twice the integer work, nothing extra in memory traffic.
+//  Auto:    Precise for batches of up to kAutoPreciseRows rows (generation, which is bound by
+//           memory bandwidth, so the second pass is free), Fast for larger batches (prompts).
+enum class MatmulPrecision : uint8_t { Auto, Fast, Precise };
+constexpr int64_t kAutoPreciseRows = 16;
+
 struct DeviceMemory {
     size_t free = 0;
     size_t total = 0;

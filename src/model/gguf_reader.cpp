@@ -38,8 +38,10 @@ namespace {
 constexpr int kMaxArrayDepth = 8;
 // Every metadata value becomes a Value object (~48 bytes) whatever its size on
 // disk, so a file of one-byte array items could make us use ~50x its size in
-// memory. The largest real vocabularies hold a few million items in total.
-constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 26;
+// memory. Real files hold at most a few million values (a 262k-token
+// vocabulary is ~800k: tokens, scores, types); 16M bounds a hostile file to
+// well under 1 GiB.
+constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 24;
 
 // Smallest encodings, used to bound counts before looping: a key/value pair
 // is at least an empty key (8), a type (4) and a one-byte value; a tensor

@@ -358,25 +358,66 @@ TopPSampler::TopPSampler(float p, size_t min_keep) : p_(p), min_keep_(std::max<s
 void TopPSampler::apply(Candidates& c) {
     if (p_ >= 1.0f || c.size() <= 1) return;
     c.softmax();
+    const size_t n = c.size();
+    const size_t min_keep = std::min(min_keep_, n);
     // An already sorted prefix (after top_k, all of it) is walked in place.
     double cum = 0.0;
     for (size_t i = 0; i < c.sorted; ++i) {
         cum += c.data[i].p;
-        if (cum >= p_ && i + 1 >= min_keep_) {
+        if (cum >= p_ && i + 1 >= min_keep) {
             c.truncate(i + 1);
             return;
         }
     }
     const size_t head = c.sorted;
-    if (head == c.size()) return;  // rounding kept the sum just below p: keep all
-    // The rest: select on a copy, so the candidates keep their (defined)
-    // order; nth_element's order differs between standard libraries.
-    scratch_.assign(c.data.begin() + static_cast<std::ptrdiff_t>(head), c.data.end());
+    if (head == n) return;  // rounding kept the sum just below p: keep all
+    const auto reached = [&](double mass, size_t count) { return mass >= p_ && count >= min_keep; };
+
+    // Bucket the rest by logit (bucket 0: within 1/64 of the max), one pass
+    // summing mass and counts per bucket. The nucleus is then every bucket
+    // before the one where the mass reaches p, plus a prefix of that one,
+    // found among its (few) members alone. The bucket index falls as the
+    // logit rises, so buckets never split the logit order.
+    constexpr size_t kBuckets = 2048;
+    constexpr float kRange = 32.0f;  // logits below max - 32 (p < 1.3e-14 * p_max) share the last bucket
+    const float top = c.max_logit();
+    const auto bucket_of = [top](float logit) {
+        const float d = (top - logit) * (static_cast<float>(kBuckets) / kRange);
+        return d < static_cast<float>(kBuckets - 1) ? static_cast<size_t>(d) : kBuckets - 1;
+    };
+    bucket_mass_.assign(kBuckets, 0.0);
+    bucket_count_.assign(kBuckets, 0);
+    for (size_t i = head; i < n; ++i) {
+        const size_t b = bucket_of(c.data[i].logit);
+        bucket_mass_[b] += c.data[i].p;
+        ++bucket_count_[b];
+    }
+    size_t boundary = kBuckets, count = head;
+    for (size_t b = 0; b < kBuckets; ++b) {
+        if (reached(cum + bucket_mass_[b], count + bucket_count_[b])) {
+            boundary = b;
+            break;
+        }
+        cum += bucket_mass_[b];
+        count += bucket_count_[b];
+    }
+    if (boundary == kBuckets) return;  // rounding: keep all
+
+    // The boundary bucket's members, copied so the candidates keep their
+    // (defined) order; nth_element's order differs between standard libraries.
+    scratch_.clear();
+    for (size_t i = head; i < n; ++i) {
+        if (bucket_of(c.data[i].logit) == boundary) scratch_.push_back(c.data[i]);
+    }
     const size_t m = mass_prefix(scratch_, ByLogitDesc{}, [](const TokenData& td) { return td.p; },
-                                 static_cast<double>(p_) - cum, /*strict=*/false, min_keep_ > head ? min_keep_ - head : 0);
-    if (m == scratch_.size()) return;
+                                 static_cast<double>(p_) - cum, /*strict=*/false, min_keep > count ? min_keep - count : 0);
+    const bool whole = m == scratch_.size();
     const TokenData last = scratch_[m - 1];
-    compact(c, [&](const TokenData& td, size_t i) { return i < head || !ByLogitDesc{}(last, td); });
+    compact(c, [&](const TokenData& td, size_t i) {
+        if (i < head) return true;
+        const size_t b = bucket_of(td.logit);
+        return b < boundary || (b == boundary && (whole || !ByLogitDesc{}(last, td)));
+    });
 }
 
 MinPSampler::MinPSampler(float p, size_t min_keep) : p_(p), min_keep_(std::max<size_t>(1, min_keep)) {

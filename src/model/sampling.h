@@ -153,8 +153,8 @@ private:
 };
 
 // Nucleus: keeps the smallest prefix (by probability) whose mass reaches p,
-// at least min_keep candidates. p == 1: no-op. Expected O(n) (a selection
-// by probability mass), not a full sort.
+// at least min_keep candidates. p == 1: no-op. O(n) (a histogram of the
+// probability mass by logit), not a full sort.
 class TopPSampler final : public Sampler {
 public:
     explicit TopPSampler(float p, size_t min_keep = 1);
@@ -165,6 +165,8 @@ private:
     float p_;
     size_t min_keep_;
     std::vector<TokenData> scratch_;  // reused
+    std::vector<double> bucket_mass_;
+    std::vector<uint32_t> bucket_count_;
 };
 
 // Keeps candidates whose probability is at least p times the largest one

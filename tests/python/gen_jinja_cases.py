@@ -282,6 +282,23 @@ def unit_cases():
         "global_funcs": "{{ range(3)|list }} {{ range(1, 10, 3)|list }} {{ range(5, 0, -2)|list }} {{ dict(a=1, b='x') }} {{ dict([('k', 1)]) }}",
         "cycler_joiner": "{% set c = cycler('a', 'b') %}{{ c.next() }}{{ c.next() }}{{ c.current }}{{ c.next() }}{% set j = joiner('|') %}{% for x in [1,2,3] %}{{ j() }}{{ x }}{% endfor %}",
         "range_too_big": "{{ range(1000000)|length }}",
+        "loop_cond_set": "{% set x = 1 %}{% for i in [1, 2] %}{{ x }}{% if i == 1 %}{% set x = 2 %}{% endif %}{{ x }}{% endfor %}{{ x }}",
+        "macro_set_outer": "{% set x = 1 %}{% macro m() %}{% set x = x + 1 %}{{ x }}{% endmacro %}{{ m() }}{{ m() }}{{ x }}",
+        "macro_read_before_set": "{% set x = 1 %}{% macro m() %}{{ x }}{% set x = 2 %}{{ x }}{% endmacro %}{{ m() }}{{ x }}",
+        "nested_loop_set": "{% for a in [1, 2] %}{% set t = a %}{% for b in [1] %}{% set t = t * 10 %}{{ t }}{% endfor %}{{ t }}{% endfor %}",
+        "if_set_in_loop": "{% for i in [1] %}{% if true %}{% set y = 1 %}{% endif %}{{ y }}{% endfor %}[{{ y }}]",
+        "caller_sees_loop_var": "{% macro m() %}{{ caller() }}{% endmacro %}{% for i in [1, 2] %}{% call m() %}{{ i }}{% endcall %}{% endfor %}",
+        "macro_before_def": "{{ m() }}{% macro m() %}x{% endmacro %}",
+        "macro_param_shadows": "{% set a = 'outer' %}{% macro m(a) %}{{ a }}{% endmacro %}{{ m('inner') }}{{ a }}",
+        "loop_var_after_loop": "{% set i = 'before' %}{% for i in [1, 2] %}{% endfor %}{{ i }}",
+        "with_in_loop": "{% for i in [1, 2] %}{% with j = i * 2 %}{{ j }}{% endwith %}{% endfor %}",
+        "set_builtin_name": "{% set range = 5 %}{{ range }}{% set dict = 'd' %}{{ dict }}",
+        "trailing_commas": "{{ [1, 2,] }} {{ {'a': 1,} }} {{ (1, 2,) }} {{ dict(a=1,) }}",
+        "nested_braces_in_var": "{{ {'a': {'b': 1}} }}{{ '}}' }}{{ \"{%\" }}",
+        "macro_varargs_only": "{% macro m() %}{{ varargs|length }}:{{ varargs }}{% endmacro %}{{ m(1, 2) }}",
+        "macro_kwargs_caller": "{% macro m() %}{{ kwargs }}{% endmacro %}{% call m(a=1) %}x{% endcall %}",
+        "caller_in_loop_body": "{% macro rows(items) %}{% for it in items %}<{{ caller(it) }}>{% endfor %}{% endmacro %}{% call(x) rows([1, 2]) %}{% set y = x * 2 %}{{ y }}{% endcall %}",
+        "self_recursive_macro_default": "{% macro m(n, acc='') %}{% if n > 0 %}{{ m(n - 1, acc ~ n) }}{% else %}{{ acc }}{% endif %}{% endmacro %}{{ m(3) }}",
     }
     for k, t in scope.items():
         case(f"scope/{k}", t, {"messages": [1, 2, 3]})
@@ -301,6 +318,7 @@ def unit_cases():
         "nested_loop_var": "{% for a in [1,2] %}{% set outer = loop %}{% for b in 'xy' %}{{ outer.index }}{{ loop.index }}{{ b }} {% endfor %}{% endfor %}",
         "break_continue": "{% for i in range(10) %}{% if i is even %}{% continue %}{% endif %}{% if i > 6 %}{% break %}{% endif %}{{ i }}{% endfor %}",
         "break_else": "{% for i in [1] %}{% break %}{% else %}E{% endfor %}done",
+        "continue_else": "{% for i in [1, 2] %}{% continue %}{% else %}E{% endfor %}|{% for i in [1, 2] %}{% if i == 2 %}{% continue %}{% endif %}{% else %}E{% endfor %}|{% for i in [1, 2] %}{% if i == 2 %}{% break %}{% endif %}{% else %}E{% endfor %}",
         "cycle": "{% for i in range(5) %}{{ loop.cycle('odd', 'even') }} {% endfor %}",
         "changed": "{% for x in [1,1,2,2,1] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}",
         "recursive": "{% for item in tree recursive %}[{{ item.name }}{% if item.children %}:{{ loop(item.children) }}{% endif %}@{{ loop.depth }}]{% endfor %}",
@@ -444,6 +462,14 @@ def unit_cases():
         "format_errors": "{{ '%s %s'|format(1) }}",
         "percent_op": "{{ '%s-%s' % (1, 'a') }} {{ '%s' % [1, 2] }} {{ '%(k)s' % {'k': 'v'} }} {{ '%5.2f%%' % 12.3456 }} {{ '%+d % d' % (5, 5) }} {{ '%s' % none }}",
         "percent_too_many": "{{ '%s' % (1, 2) }}",
+        "percent_more": "{{ '%-10s|%10s|%.3s' % ('ab', 'cd', 'abcdef') }} {{ '%5.1f%%|%03d|%+.2e|%g|%G' % (99.55, 7, 12345.6789, 1e-10, 1e20) }} {{ '%i %u' % (3, 4) }} {{ '%c%c' % ('a', 98) }} {{ '%(x)s and %(x)r' % {'x': 'q'} }} {{ '%s' % (none,) }} {{ '%s %s' % ([1], {'a': 2}) }} {{ '%d' % 3.9 }} {{ '%#x %#o %-5d| %x' % (255, 8, 3, -255) }} {{ '%s' % 'single' }} {{ '%r' % 'q' }} {{ '%5s|%-5s|' % (true, none) }} {{ '%.2f' % 2.675 }} {{ '%e' % 0 }}",
+        "percent_d_str": "{{ '%d' % '3' }}",
+        "percent_x_float": "{{ '%x' % 3.5 }}",
+        "percent_missing_key": "{{ '%(a)s' % {'b': 1} }}",
+        "str_format_more": "{{ '{:^10.3f}|{:08.2f}|{:+}|{:e}|{:.0f}|{:g}|{:.2%}|{0!s:>4}'.format(3.14159, -2.5, 5, 1234.5, 2.5, 0.00001, 0.12345) if false else '' }}{{ '{:^10.3f}|{:08.2f}|{:+}|{:e}|{:.0f}|{:g}|{:.2%}'.format(3.14159, -2.5, 5, 1234.5, 2.5, 0.00001, 0.12345) }} {{ '{:c}{:#x}{:#o}{:#b}{:X}{: d}{:=+6d}'.format(65, 255, 8, 5, 255, 7, 42) }} {{ '[{:.1}][{:5}][{:5}][{}][{}][{}][{:}]'.format('abc', 'ab', 12, none, true, [1, 'a'], 'x') }} {{ '{:.3g}|{:.3}|{:.5}|{:10.4}|'.format(1234.5, 1000.0, 100.0, 'abcdefgh') }} {{ '{0}-{0!r}-{1[k]}'.format('s', {'k': [1]}) }}",
+        "str_format_mixed_auto": "{{ '{} {0}'.format(1) }}",
+        "str_format_bad_spec": "{{ '{:d}'.format('x') }}",
+        "str_format_kw_missing": "{{ '{x}'.format(y=1) }}",
         "striptags": "{{ '<p>Hello  <b>World</b></p>\\n  <!-- c --> &amp; x'|striptags }}",
         "escape": "{{ '<a href=\"x\">&\\'</a>'|e }} {{ '<b>'|escape|escape }} {{ '<b>'|forceescape }} {{ ('<b>'|safe)|e }}",
         "urlencode": "{{ 'a b/c?d=é'|urlencode }} {{ {'a': 'x y', 'b': 1}|urlencode }} {{ [('k', 'v&w')]|urlencode }}",
@@ -455,9 +481,45 @@ def unit_cases():
         "filter_kwargs_error": "{{ 'a'|upper(x=1) }}",
         "unknown_filter": "{{ 'a'|frobnicate }}",
         "unknown_filter_unreached": "{% if false %}{{ 'a'|frobnicate }}{% endif %}ok",
+        "unknown_filter_reached": "{% if true %}{{ 'a'|frobnicate }}{% endif %}ok",
+        "unknown_filter_condexpr": "{{ 'a'|frobnicate if false else 'b' }}",
+        "unknown_filter_in_loop_in_if": "{% if false %}{% for x in [] %}{{ x|frobnicate }}{% endfor %}{% endif %}ok",
+        "unknown_test_unreached": "{% if false and 1 is frobnicated %}x{% endif %}ok",
+        "unknown_filter_macro": "{% macro m() %}{{ 1|frobnicate }}{% endmacro %}ok",
         "filter_on_none": "{{ none|upper }} {{ none|length if false else 'x' }} {{ none|string|length }}",
         "wordwrap_unsupported_reject": "{{ 'x'|capitalize }}",
         "last_of_undefined": "{{ nothing|last }}",
+        "default_noargs": "[{{ nothing|default }}][{{ none|default }}]",
+        "divisibleby_zero": "{{ 3 is divisibleby 0 }}",
+        "cycle_noargs": "{% for i in [1] %}{{ loop.cycle() }}{% endfor %}",
+        "unicode_case": "{{ 'αβγ ΑΒΓ абв АБВ ÀÉÎ àéî'|upper }} {{ 'ΑΒΓ АБВ ÀÉÎ ĞİŞ'|lower }} {{ 'ÿ'|upper }} {{ '🎉x'|length }} {{ '日本'|center(6, ) }}|{{ 'ǅ'|lower }}",
+        "sort_unicode_ci": "{{ ['b', 'Á', 'a', 'á', 'B']|sort }} {{ ['Zeta', 'alpha', 'Émile', 'beta']|sort(case_sensitive=true) }}",
+        "join_markup": "{{ ['<a>', '<b>'|safe]|join(', ') }} {{ ['a', 'b']|join('<br>'|safe) }}",
+        "map_attr_default": "{{ users|map(attribute='nick', default='anon')|join(',') }}",
+        "dictsort_nested": "{{ {'b': {'x': 1}, 'a': [2]}|dictsort }}",
+        "length_dict_keys": "{{ {'a': 1}.keys()|length }} {{ 'abc'|length is number }}",
+        "list_slice_filters": "{{ users[1:3]|map(attribute='name')|join }} {{ users[::-1]|map(attribute='age')|list }}",
+        "selectattr_no_test": "{{ users|selectattr('tags')|map(attribute='name')|list }} {{ users|rejectattr('tags', 'defined')|map(attribute='name')|list }}",
+        "items_sorted_loop": "{% for k, v in {'b': 2, 'a': 1}|dictsort %}{{ k }}={{ v }} {% endfor %}",
+        "truncate_unicode": "{{ 'héllo wörld ünïcode'|truncate(12) }} {{ 'héllo wörld ünïcode'|truncate(12, true, '…') }}",
+        "indent_markup": "{{ ('a\nb'|safe)|indent(2) }}|{{ 'x\n'|indent(2, true, true) }}|",
+        "title_special": "{{ \"they're bill's friends from the UK\"|title }} {{ 'hello-world foo_bar 3rd'|title }} {{ 'ÉCOLE élève'|title }}",
+        "capitalize_special": "{{ 'ÉCOLE'|capitalize }} {{ '123abc'|capitalize }}",
+        "wordcount_punct": "{{ 'one-two three.four five_six'|wordcount }}",
+        "replace_count_zero": "{{ 'aaa'|replace('a', 'b', 0) }}",
+        "float_filter_variants": "{{ '1_000.5'|float }} {{ ' -2.5e-3 '|float }} {{ 'nan'|float }} {{ '1e500'|float }} {{ true|float }}",
+        "int_filter_variants": "{{ '  -17  '|int }} {{ '+5'|int }} {{ '0o17'|int(0, 8) }} {{ 'ff'|int(0, 16) }} {{ '12abc'|int }} {{ '3.0e2'|int }} {{ 1e3|int }} {{ '-0'|int }}",
+        "abs_bool": "{{ true|abs }} {{ -0.0|abs }}",
+        "round_negative_precision": "{{ 1234.5678|round(-1) }} {{ 15|round(-1) }} {{ 25|round(-1) }} {{ 1.5|round(0, 'floor') }} {{ -1.5|round(0, 'ceil') }} {{ 2|round(2, 'floor') }}",
+        "sum_floats": "{{ [0.1, 0.2, 0.3]|sum }} {{ [[1], [2]]|sum(start=[]) }}",
+        "min_max_strings": "{{ 'hello'|min }} {{ 'hello'|max }} {{ {'b': 1, 'a': 2}|max }}",
+        "unique_generator_list": "{{ ['b', 'a', 'B', 'b']|unique|list }} {{ [[1], [1]]|map('first')|unique|list }}",
+        "batch_fill_length": "{% for row in [1, 2, 3]|batch(2, 0) %}{{ row|length }}{% endfor %}",
+        "groupby_default": "{% for g, items in [{'k': 1}, {'x': 2}, {'k': 1}]|groupby('k', default=0) %}{{ g }}:{{ items|length }};{% endfor %}",
+        "attr_undefined_result": "[{{ users[0]|attr('nope') }}]",
+        "xmlattr_bad_key": "{{ {'a b': 1}|xmlattr }}",
+        "striptags_entities": "{{ 'a &lt;b&gt; &#65; &#x42; &quot;q&quot; &nbsp;x'|striptags }}",
+        "escape_number": "{{ 5|e }} {{ none|e }}",
         "list_of_int": "{{ 5|list }}",
     }
     for k, t in filters.items():
@@ -517,7 +579,16 @@ def unit_cases():
         "splitlines": "{{ 'a\\nb\\r\\nc\\n'.splitlines() }} {{ 'a\\nb'.splitlines(true) }} {{ ''.splitlines() }}",
         "remove_affix": "{{ 'prefix_body'.removeprefix('prefix_') }} {{ 'body.txt'.removesuffix('.txt') }} {{ 'x'.removeprefix('y') }}",
         "dict": "{{ d.get('a') }} {{ d.get('zz') }} {{ d.get('zz', 'dflt') }} {{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }} {{ d.copy() }}",
-        "dict_item_method_names": "{{ d2.items }} {{ d2['items'] }} {{ d2.get('keys') }} {{ d2.content }}",
+        "dict_item_method_names": "{{ d2.items is callable }} {{ d2['items'] }} {{ d2.get('keys') }} {{ d2.content }}",
+        "dict_views": "{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.items()|length }} {{ d.keys()|first }} {{ d.keys()|last }} {{ 'a' in d.keys() }} {{ d.items()|list }} {% for k, v in d.items() %}{{ k }}{{ v }}{% endfor %}",
+        "dict_view_tojson": "{{ d.keys()|tojson }}",
+        "generators": "{% set g = [1, 2, 3]|map('string') %}{{ g|join(',') }}|{{ g|join(',') }}|{{ g is iterable }}{{ g is sequence }}{% if [] | select %}T{% endif %}",
+        "generator_first": "{% set g = [1, 2, 3]|select %}{{ g|first }}{{ g|list }}",
+        "generator_len": "{{ [1]|map('string')|length }}",
+        "generator_tojson": "{{ [1]|map('string')|tojson }}",
+        "generator_last": "{{ [1]|map('string')|last }}",
+        "reverse_iter": "{{ [1, 2]|reverse|list }} {{ [1, 2]|map('string')|reverse }} {{ {'a': 1}|reverse|list }} {{ d.items()|reverse|list }} {{ [1, 2]|reverse is sequence }}",
+        "in_generator": "{% set g = [1, 2, 3]|select %}{{ 2 in g }}{{ g|list }}",
         "list": "{{ l.count(1) }} {{ l.index(2) }} {{ l.copy() }} {{ (1, 2, 1).count(1) }} {{ (1, 2).index(2) }}",
         "list_pop": "{% set x = [1, 2, 3] %}{{ x.pop() }}{{ x }}{{ x.pop(0) }}{{ x }}",
         "list_append_unsafe": "{% set x = [] %}{{ x.append(1) }}{{ x }}",
@@ -554,6 +625,19 @@ def unit_cases():
         "unclosed_block": "{% if x",
         "unclosed_comment": "{# never closed",
         "unclosed_string": "{{ 'abc }}",
+        "unclosed_raw": "{% raw %}abc",
+        "raw_with_endraw_variants": "{%raw%}a{%-endraw%} b {%- raw -%} c {%+ endraw +%}d",
+        "bad_escape_x": "{{ '\\xZZ' }}",
+        "filter_name_dotted": "{{ 1|a.b }}",
+        "unclosed_paren_block": "{% if (1 %}x{% endif %}",
+        "extra_endblock_name": "{% block a %}x{% endblock b %}",
+        "block_inline": "{% block a %}x{{ 1 }}{% endblock %}{% block b scoped %}y{% endblock b %}",
+        "tuple_at_print": "{{ 1, 2 }}",
+        "set_tuple_trailing": "{% set a, = [1] %}{{ a }}",
+        "comment_in_tag": "{{ 1 {# c #} }}",
+        "slice_three": "{{ [1,2,3,4][1:3:1] }} {{ [1,2,3][::] }}",
+        "getitem_tuple_key": "{{ {(1, 2): 'x'}[1, 2] }}",
+        "line_numbers_error": "a\nb\n{{ 1 + }}",
         "empty_expr": "{{ }}",
         "bad_operator": "{{ 1 + }}",
         "unbalanced_paren": "{{ (1 + 2 }}",
@@ -703,6 +787,16 @@ def conversations():
                             {"role": "tool", "tool_call_id": "call_a", "name": "get_weather", "content": "sunny"},
                             {"role": "tool", "tool_call_id": "call_b", "name": "search_web", "content": "[\"expo\"]"}], TOOLS),
         "content_parts": ([parts_user], None),
+        "system_parts": ([{"role": "system", "content": [{"type": "text", "text": "Sys in parts."}]}, parts_user], None),
+        "reasoning_in_content": ([user1, {"role": "assistant", "content": "<think>\nLet me add.\n</think>\n\n4"}, user2], None),
+        "reasoning_field": ([user1, {"role": "assistant", "content": "4", "reasoning_content": "adding", "thinking": "adding"},
+                             user2], None),
+        "tool_ids_len9": ([ask_weather, {"role": "assistant", "content": "", "tool_calls": [
+            tool_call("get_weather", {"location": "Paris"}, call_id="abcDEF123")]},
+            {"role": "tool", "tool_call_id": "abcDEF123", "name": "get_weather", "content": "sunny"},
+            {"role": "assistant", "content": "Sunny."}], TOOLS),
+        "tool_result_last": ([ask_weather, tc, tool_result], TOOLS),
+        "assistant_last": ([user1, asst1], None),
         "not_alternating": ([user1, user2], None),
         "empty": ([], None),
     }
@@ -784,6 +878,11 @@ def chat_cases(testdata):
             templates.append((os.path.basename(path)[: -len(".jinja")], f.read()))
     if not templates:
         print(f"gen_jinja_cases: no templates under {testdata}/templates", file=sys.stderr)
+    # More templates can be added for local runs: KILN_JINJA_EXTRA_TEMPLATES=dir1:dir2
+    for d in filter(None, os.environ.get("KILN_JINJA_EXTRA_TEMPLATES", "").split(os.pathsep)):
+        for path in sorted(glob.glob(os.path.join(d, "*.jinja"))):
+            with open(path, encoding="utf-8") as f:
+                templates.append(("extra-" + os.path.basename(path)[: -len(".jinja")], f.read()))
     gemma, note = load_gemma3_template()
     print(f"gen_jinja_cases: gemma3: {note}", file=sys.stderr)
     if gemma is not None:
@@ -793,10 +892,21 @@ def chat_cases(testdata):
         for cname, (messages, tools) in convs.items():
             for agp in (False, True):
                 chat_case(f"chat/{tname}/{cname}/{'gen' if agp else 'nogen'}", text, messages, agp, tools=tools)
+            if tools is None:  # tool-use templates often need tools
+                chat_case(f"chat/{tname}/{cname}/with_tools", text, messages, True, tools=TOOLS)
+        # firefunction-v2 reads `functions` (a JSON string) and `datetime`
+        for cname in ("system", "tool_call_str_args"):
+            chat_case(f"chat/{tname}/functions_var/{cname}", text, convs[cname][0], True, tools=TOOLS,
+                      extra={"functions": json.dumps([t["function"] for t in TOOLS], indent=2),
+                             "datetime": "2024-07-26 09:05"})
         # extra variables some templates read
         chat_case(f"chat/{tname}/extra_vars", text, convs["system"][0], True, tools=TOOLS,
                   extra={"builtin_tools": ["code_interpreter", "brave_search"], "date_string": "01 Jan 2025",
-                         "enable_citations": True, "documents": [{"title": "Doc", "text": "Body"}]})
+                         "enable_citations": True, "documents": [{"title": "Doc", "text": "Body"}],
+                         "enable_thinking": False, "reasoning_effort": "high",
+                         "model_identity": "You are a test model."})
+        chat_case(f"chat/{tname}/builtin_tools_calls", text, convs["tool_call_dict_args"][0], True, tools=TOOLS,
+                  extra={"builtin_tools": ["get_weather", "browser", "python"]})
         chat_case(f"chat/{tname}/documents", text, convs["single"][0], True,
                   documents=[{"title": "Paris", "text": "Paris is the capital of France."},
                              {"title": "Weather", "text": "It is sunny."}])

@@ -31,6 +31,7 @@ Usage from tests:
     logits = ref.logits([2, 651, 6037])     # np.ndarray float64, shape [n_tokens, n_vocab]
     ids = ref.greedy([2, 651], 16)          # 16 greedily generated token ids
     text = ref.detokenize(ids)
+    kl = kl_divergence(logits, engine_logits)   # per position; also top1_agreement(...)
 
 CLI:
     python reference_model.py MODEL --tokens 2,651,6037 [--greedy 16] [--out logits.npy]
@@ -461,6 +462,24 @@ class ReferenceModel:
 
 def generate_greedy(model: ReferenceModel, tokens: Sequence[int], n: int) -> list[int]:
     return model.greedy(tokens, n)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = np.asarray(logits, dtype=np.float64)
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def kl_divergence(ref_logits: np.ndarray, test_logits: np.ndarray) -> np.ndarray:
+    """KL(P_ref || P_test) per position (natural log), for logits [..., n_vocab]."""
+    lp = log_softmax(ref_logits)
+    lq = log_softmax(test_logits)
+    return (np.exp(lp) * (lp - lq)).sum(axis=-1)
+
+
+def top1_agreement(ref_logits: np.ndarray, test_logits: np.ndarray) -> float:
+    """Fraction of positions whose argmax agrees."""
+    return float(np.mean(np.argmax(ref_logits, axis=-1) == np.argmax(test_logits, axis=-1)))
 
 
 def main(argv: list[str] | None = None) -> int:

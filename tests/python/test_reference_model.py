@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter
 
-from reference_model import ReferenceModel, attention_mask, rope
+from reference_model import ReferenceModel, attention_mask, kl_divergence, rope, top1_agreement
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -213,6 +213,16 @@ def test_tied_and_untied_output(tmp_path):
     assert not tied.has("output.weight")
     h = tied.hidden(TOKENS)
     np.testing.assert_allclose(tied.logits(TOKENS), h @ tied.weight("token_embd.weight").T.astype(np.float64))
+
+
+def test_kl_helpers():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((3, 50)) * 4
+    np.testing.assert_allclose(kl_divergence(a, a + 7.0), 0.0, atol=1e-12)  # shift-invariant
+    b = a + rng.standard_normal((3, 50))
+    k = kl_divergence(a, b)
+    assert k.shape == (3,) and (k > 0).all()
+    assert top1_agreement(a, a) == 1.0
 
 
 def test_attention_mask():

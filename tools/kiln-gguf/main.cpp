@@ -184,7 +184,7 @@ int cmd_info(const std::vector<std::string>& args) {
     else
         std::printf("  bits per weight: n/a\n");
     for (const auto& [name, pt] : per_type)
-        std::printf("  type %-7s %5zu tensors, %14" PRIu64 " bytes, %.4f bits per weight\n", (name + ":").c_str(),
+        std::printf("  type %-9s %5zu tensors, %14" PRIu64 " bytes, %.4f bits per weight\n", (name + ":").c_str(),
                     pt.count, pt.bytes, 8.0 * static_cast<double>(pt.bytes) / static_cast<double>(pt.params));
     return 0;
 }
@@ -192,7 +192,7 @@ int cmd_info(const std::vector<std::string>& args) {
 int cmd_dequant(const std::vector<std::string>& args) {
     std::vector<std::string> pos;
     for (const std::string& a : args) {
-        if (a.starts_with("-") && a != "-") throw UsageError("dequant: unknown option '" + a + "'");
+        if (a.starts_with("-")) throw UsageError("dequant: unknown option '" + a + "'");
         pos.push_back(a);
     }
     if (pos.size() != 3) throw UsageError("dequant: expected FILE TENSOR OUT");
@@ -214,24 +214,31 @@ int cmd_dequant(const std::vector<std::string>& args) {
 
     std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
     if (!out) throw std::runtime_error(out_path + ": cannot create: " + std::strerror(errno));
-    std::vector<float> row(static_cast<size_t>(ne0));
-    std::vector<uint32_t> le(std::endian::native == std::endian::little ? 0 : row.size());
-    for (int64_t r = 0; r < rows; ++r) {
-        kiln::dequantize_row(t->type, data.data() + static_cast<size_t>(r) * in_row, row.data(), ne0);
-        const char* bytes = reinterpret_cast<const char*>(row.data());
-        if constexpr (std::endian::native != std::endian::little) {
-            // The output format is little-endian whatever the host is.
-            for (size_t i = 0; i < row.size(); ++i) {
-                const uint32_t b = std::bit_cast<uint32_t>(row[i]);
-                le[i] = ((b & 0xFF) << 24) | ((b & 0xFF00) << 8) | ((b >> 8) & 0xFF00) | (b >> 24);
+    try {
+        std::vector<float> row(static_cast<size_t>(ne0));
+        std::vector<uint32_t> le(std::endian::native == std::endian::little ? 0 : row.size());
+        for (int64_t r = 0; r < rows; ++r) {
+            kiln::dequantize_row(t->type, data.data() + static_cast<size_t>(r) * in_row, row.data(), ne0);
+            const char* bytes = reinterpret_cast<const char*>(row.data());
+            if constexpr (std::endian::native != std::endian::little) {
+                // The output format is little-endian whatever the host is.
+                for (size_t i = 0; i < row.size(); ++i) {
+                    const uint32_t b = std::bit_cast<uint32_t>(row[i]);
+                    le[i] = ((b & 0xFF) << 24) | ((b & 0xFF00) << 8) | ((b >> 8) & 0xFF00) | (b >> 24);
+                }
+                bytes = reinterpret_cast<const char*>(le.data());
             }
-            bytes = reinterpret_cast<const char*>(le.data());
+            out.write(bytes, static_cast<std::streamsize>(row.size() * sizeof(float)));
+            if (!out) throw std::runtime_error(out_path + ": write failed: " + std::strerror(errno));
         }
-        out.write(bytes, static_cast<std::streamsize>(row.size() * sizeof(float)));
-        if (!out) throw std::runtime_error(out_path + ": write failed: " + std::strerror(errno));
+        out.close();
+        if (out.fail()) throw std::runtime_error(out_path + ": write failed: " + std::strerror(errno));
+    } catch (...) {
+        // Leave no truncated output behind that could pass for a result.
+        out.close();
+        std::remove(out_path.c_str());
+        throw;
     }
-    out.close();
-    if (out.fail()) throw std::runtime_error(out_path + ": write failed: " + std::strerror(errno));
     std::fprintf(stderr, "kiln-gguf: wrote %" PRId64 " floats (%s, %s) of '%s' to %s\n", t->n_elements(),
                  std::string(kiln::type_name(t->type)).c_str(), shape_text(t->shape).c_str(), name.c_str(),
                  out_path.c_str());

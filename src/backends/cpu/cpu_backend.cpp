@@ -61,7 +61,17 @@ bool rows_f32(const Tensor* t) { return t && t->type == Type::F32 && t->nb[0] ==
 
 }  // namespace
 
-CpuBackend::CpuBackend(CpuBackendOptions opts) : pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores()) {}
+bool CpuBackend::precise_matmul(const Tensor& n) const {
+    if (n.op != Op::MulMat) return false;
+    switch (precision_) {
+        case MatmulPrecision::Fast: return false;
+        case MatmulPrecision::Precise: return true;
+        case MatmulPrecision::Auto: return n.src[1]->nrows() <= kAutoPreciseRows;
+    }
+    return false;
+}
+
+CpuBackend::CpuBackend(CpuBackendOptions opts) : precision_(opts.matmul_precision), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores()) {}
 
 bool CpuBackend::supports_op(const Tensor& t) const {
     switch (t.op) {
@@ -95,7 +105,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
     for (const Tensor* n : nodes) {
         if (n->op == Op::View || n->op == Op::None) continue;
         if (!op_fn(n->op)) throw std::runtime_error("CPU backend: op " + std::string(op_name(n->op)) + " of '" + n->name + "' is not supported");
-        need = std::max(need, scratch_bytes(*n, nth));
+        need = std::max(need, scratch_bytes(*n, nth, precise_matmul(*n)));
     }
     if (scratch_.size() < need) scratch_.resize(need);
     pool_.run([&](int ith, int n_threads) {
@@ -108,6 +118,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         for (const Tensor* n : nodes) {
             const OpFn fn = op_fn(n->op);
             if (!fn) continue;  // views: nothing to compute
+            ctx.precise = precise_matmul(*n);
             fn(*n, ctx);
             pool_.barrier();
         }

@@ -12,6 +12,7 @@ namespace kiln::cpu {
 
 struct CpuBackendOptions {
     int n_threads = 0;  // 0: physical cores
+    MatmulPrecision matmul_precision = MatmulPrecision::Auto;
 };
 
 class CpuBackend final : public Backend {
@@ -27,6 +28,8 @@ public:
     int n_threads() const { return pool_.size(); }
 
 private:
+    bool precise_matmul(const Tensor& node) const;
+    MatmulPrecision precision_;
     ThreadPool pool_;
     std::vector<uint8_t> scratch_;  // grows to the largest need seen
 };

@@ -18,6 +18,7 @@ struct ComputeContext {
     std::function<void()> barrier;  // synchronises all threads of the pool
     uint8_t* scratch = nullptr;     // shared scratch, scratch_bytes(node) bytes (set per node)
     size_t scratch_size = 0;
+    bool precise = false;           // MulMat: two-pass (residual) activations, see MatmulPrecision
 };
 
 // Rows [begin, end) of n that thread ith of nth handles.
@@ -28,7 +29,7 @@ inline void split_rows(int64_t n, int ith, int nth, int64_t& begin, int64_t& end
 }
 
 // Scratch memory a node needs, shared by all nth threads.
-size_t scratch_bytes(const Tensor& node, int nth);
+size_t scratch_bytes(const Tensor& node, int nth, bool precise);
 
 void op_get_rows(const Tensor& t, ComputeContext& ctx);
 void op_mul_mat(const Tensor& t, ComputeContext& ctx);

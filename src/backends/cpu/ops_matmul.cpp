@@ -31,12 +31,15 @@ bool needs_conversion(const Tensor& t) { return kernels(t.src[0]->type).vec_dot_
 
 }  // namespace
 
-size_t scratch_bytes(const Tensor& node, int nth) {
+size_t scratch_bytes(const Tensor& node, int nth, bool precise) {
     switch (node.op) {
         case Op::MulMat: {
             if (!needs_conversion(node)) return 0;
             const Type vt = kernels(node.src[0]->type).vec_dot_type;
-            return row_size(vt, node.src[1]->ne[0]) * static_cast<size_t>(node.src[1]->nrows());
+            const int64_t K = node.src[1]->ne[0];
+            const size_t rows = row_size(vt, K) * static_cast<size_t>(node.src[1]->nrows());
+            // precise: the residual rows too, and a float row per thread to compute residuals in
+            return precise ? 2 * rows + static_cast<size_t>(nth * K) * sizeof(float) : rows;
         }
         case Op::Attention: {
             const Tensor& q = *node.src[0];
@@ -60,17 +63,29 @@ void op_mul_mat(const Tensor& t, ComputeContext& ctx) {
     const int64_t M = x.nrows();
     const size_t xrow_bytes = row_size(k.vec_dot_type, K);
 
-    // Phase 1: convert the activation rows once, shared by all threads.
+    // Phase 1: convert the activation rows once, shared by all threads. Precise mode also
+    // quantizes what the first pass lost (x - dequant(q1)) into a second set of rows.
     const uint8_t* xq = nullptr;
+    const uint8_t* xq2 = nullptr;
+    const bool precise = ctx.precise && k.vec_dot_type != Type::F32;
     if (k.vec_dot_type != Type::F32) {
+        xq = ctx.scratch;
+        xq2 = precise ? ctx.scratch + M * xrow_bytes : nullptr;
+        float* resid = precise ? reinterpret_cast<float*>(ctx.scratch + 2 * M * xrow_bytes) + ctx.ith * K : nullptr;
         int64_t r0, r1;
         split_rows(M, ctx.ith, ctx.nth, r0, r1);
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
-            k.from_float(reinterpret_cast<const float*>(x.row(i1, i2, i3)), ctx.scratch + r * xrow_bytes, K);
+            const auto* xr = reinterpret_cast<const float*>(x.row(i1, i2, i3));
+            uint8_t* q1 = ctx.scratch + r * xrow_bytes;
+            k.from_float(xr, q1, K);
+            if (precise) {
+                dequantize_row(k.vec_dot_type, q1, resid, K);
+                for (int64_t j = 0; j < K; ++j) resid[j] = xr[j] - resid[j];
+                k.from_float(resid, ctx.scratch + (M + r) * xrow_bytes, K);
+            }
         }
         ctx.barrier();
-        xq = ctx.scratch;
     }
     auto xrow = [&](int64_t r) -> const void* {
         if (xq) return xq + r * xrow_bytes;
@@ -89,7 +104,17 @@ void op_mul_mat(const Tensor& t, ComputeContext& ctx) {
             const void* xr = xrow(m);
             const int64_t i1 = m % t.ne[1], i2 = (m / t.ne[1]) % t.ne[2], i3 = m / (t.ne[1] * t.ne[2]);
             auto* out = reinterpret_cast<float*>(t.row(i1, i2, i3));
-            for (int64_t n = nb; n < ne; ++n) k.vec_dot(K, out + n, w.row(n), xr);
+            if (xq2) {
+                const void* xr2 = xq2 + m * xrow_bytes;
+                for (int64_t n = nb; n < ne; ++n) {
+                    float s1, s2;
+                    k.vec_dot(K, &s1, w.row(n), xr);
+                    k.vec_dot(K, &s2, w.row(n), xr2);
+                    out[n] = s1 + s2;
+                }
+            } else {
+                for (int64_t n = nb; n < ne; ++n) k.vec_dot(K, out + n, w.row(n), xr);
+            }
         }
     }
 }

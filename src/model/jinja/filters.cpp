@@ -245,6 +245,7 @@ Value f_capitalize(Interpreter&, const Value& v, CallArgs& a) {
 }
 
 std::string py_center(const std::string& s, std::int64_t width, const std::string& fill = " ") {
+  if (width > (std::int64_t{1} << 24)) throw Error(Error::Kind::Runtime, "width too large");
   std::int64_t len = static_cast<std::int64_t>(utf8_length(s));
   if (width <= len) return s;
   std::int64_t marg = width - len;
@@ -469,6 +470,7 @@ Value f_indent(Interpreter&, const Value& v, CallArgs& a) {
     indention = width.str();
   } else {
     std::int64_t w = arg_int(width, "indent");
+    if (w > (std::int64_t{1} << 20)) throw Error(Error::Kind::Runtime, "indent width too large");
     indention = std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, w)), ' ');
   }
   std::string s = s_of(v) + "\n";

@@ -11,6 +11,15 @@ namespace {
 
 [[noreturn]] void format_error(const std::string& msg) { throw Error(Error::Kind::Type, msg); }
 
+constexpr std::size_t kMaxWidth = std::size_t{1} << 24;
+
+std::size_t checked_width(const std::string& digits) {
+  if (digits.empty()) return 0;
+  if (digits.size() > 8 || std::stoull(digits) > kMaxWidth)
+    throw Error(Error::Kind::Runtime, "format width or precision too large");
+  return static_cast<std::size_t>(std::stoull(digits));
+}
+
 std::string pad(const std::string& s, std::size_t width, char align, const std::string& fill) {
   std::size_t len = utf8_length(s);
   if (len >= width) return s;
@@ -102,6 +111,8 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       }
       if (precision.empty()) precision = "0";
     }
+    checked_width(width);
+    checked_width(precision);
     while (i < fmt.size() && (fmt[i] == 'h' || fmt[i] == 'l' || fmt[i] == 'L')) ++i;
     if (i >= fmt.size()) format_error("incomplete format");
     char conv = fmt[i];
@@ -119,10 +130,10 @@ std::string percent_format(const std::string& fmt, const Value& args) {
         body = conv == 's' ? py_str(arg) : py_repr(arg);
         if (has_precision) {
           std::u32string u = utf8_decode(body);
-          std::size_t p = static_cast<std::size_t>(std::stoll(precision));
+          std::size_t p = checked_width(precision);
           if (u.size() > p) body = utf8_encode(u.substr(0, p));
         }
-        std::size_t w = width.empty() ? 0 : static_cast<std::size_t>(std::stoll(width));
+        std::size_t w = checked_width(width);
         body = pad(body, w, flags.find('-') != std::string::npos ? '<' : '>', " ");
         out += body;
         continue;
@@ -148,7 +159,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
         std::string digits = c_format_int(std::string("%") + (has_precision ? "." + precision : "") + "ll" + conv,
                                           v < 0 ? -v : v);
         std::string s = (v < 0 ? "-" : (f.find('+') != std::string::npos ? "+" : (f.find(' ') != std::string::npos ? " " : ""))) + prefix + digits;
-        std::size_t w = width.empty() ? 0 : static_cast<std::size_t>(std::stoll(width));
+        std::size_t w = checked_width(width);
         if (f.find('-') != std::string::npos) {
           s = pad(s, w, '<', " ");
         } else if (f.find('0') != std::string::npos && s.size() < w) {
@@ -173,7 +184,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
           std::string word = std::isnan(d) ? "nan" : (d < 0 ? "-inf" : "inf");
           if (d > 0 && flags.find('+') != std::string::npos) word = "+" + word;
           if (conv == 'E' || conv == 'F' || conv == 'G') word = py_upper(word);
-          std::size_t w = width.empty() ? 0 : static_cast<std::size_t>(std::stoll(width));
+          std::size_t w = checked_width(width);
           s = pad(word, w, flags.find('-') != std::string::npos ? '<' : '>', " ");
         }
         out += s;
@@ -188,7 +199,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
         } else {
           format_error("%c requires int or char");
         }
-        std::size_t w = width.empty() ? 0 : static_cast<std::size_t>(std::stoll(width));
+        std::size_t w = checked_width(width);
         out += pad(ch, w, flags.find('-') != std::string::npos ? '<' : '>', " ");
         continue;
       }
@@ -249,8 +260,9 @@ std::string apply_format_spec(const Value& v, const std::string& spec) {
   }
   char type = i < rest.size() ? rest[i++] : 0;
   if (i != rest.size()) format_error("Invalid format specifier");
+  checked_width(precision);
   if (grouping) throw Error(Error::Kind::Unsupported, "grouping in format specifications is not supported");
-  std::size_t w = width.empty() ? 0 : static_cast<std::size_t>(std::stoll(width));
+  std::size_t w = checked_width(width);
   if (zero && !align) {
     align = '=';
     fill = "0";
@@ -262,7 +274,7 @@ std::string apply_format_spec(const Value& v, const std::string& spec) {
     body = py_str(v);
     if (has_precision) {
       std::u32string b = utf8_decode(body);
-      std::size_t p = precision.empty() ? 0 : static_cast<std::size_t>(std::stoll(precision));
+      std::size_t p = checked_width(precision);
       if (b.size() > p) body = utf8_encode(b.substr(0, p));
     }
     return pad(body, w, align ? (align == '=' ? '<' : align) : '<', fill);

@@ -15,7 +15,9 @@ class MacroCallable : public Callable {
   MacroCallable(const MacroDef* def, std::shared_ptr<Frame> closure, Value caller = Value())
       : def_(def), closure_(std::move(closure)), caller_(std::move(caller)) {}
   Value call(Interpreter& interp, CallArgs& args) override { return interp.invoke_macro(*def_, closure_, args, caller_); }
-  std::string repr() const override { return "<Macro '" + def_->name + "'>"; }
+  std::string repr() const override {
+    return def_->name.empty() ? "<Macro anonymous>" : "<Macro '" + def_->name + "'>";
+  }
 
  private:
   const MacroDef* def_;
@@ -552,7 +554,7 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
           }
           return obj.items()[static_cast<std::size_t>(i)];
         }
-        return Value::undefined("'" + object_type_repr(obj) + "' has no element " + py_repr(key));
+        return Value::undefined(object_type_repr(obj) + " has no element " + py_repr(key));
       }
       break;
     default:
@@ -569,7 +571,7 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
     }
     return Value::undefined("'" + object_type_repr(obj) + "' has no attribute '" + key.str() + "'");
   }
-  return Value::undefined("'" + object_type_repr(obj) + "' has no element " + py_repr(key));
+  return Value::undefined(object_type_repr(obj) + " has no element " + py_repr(key));
 }
 
 Value Interpreter::call(const Value& fn, CallArgs& args) {
@@ -592,12 +594,12 @@ Value Interpreter::call(const Value& fn, CallArgs& args) {
 }
 
 Value Interpreter::apply_filter(const std::string& name, const Value& value, CallArgs& args) {
-  if (!has_filter(name)) throw Error(Error::Kind::Unsupported, "No filter named '" + name + "'.");
+  if (!has_filter(name)) throw Error(Error::Kind::Runtime, "No filter named '" + name + "' found.");
   return call_filter(*this, name, value, args);
 }
 
 bool Interpreter::apply_test(const std::string& name, const Value& value, CallArgs& args) {
-  if (!has_test(name)) throw Error(Error::Kind::Unsupported, "No test named '" + name + "'.");
+  if (!has_test(name)) throw Error(Error::Kind::Runtime, "No test named '" + name + "' found.");
   return call_test(*this, name, value, args);
 }
 
@@ -605,6 +607,7 @@ Value Interpreter::invoke_macro(const MacroDef& def, const std::shared_ptr<Frame
                                 const Value& caller) {
   // Argument binding follows jinja2's Macro.__call__.
   auto f = std::make_shared<Frame>(closure);
+  const std::string macro_name = def.name.empty() ? "None" : "'" + def.name + "'";
   const std::size_t np = def.params.size();
   const std::size_t npos = args.positional.size();
   std::vector<std::pair<std::string, Value>> kwargs = args.keyword;
@@ -644,15 +647,15 @@ Value Interpreter::invoke_macro(const MacroDef& def, const std::shared_ptr<Frame
   } else if (!kwargs.empty()) {
     for (const auto& kv : kwargs)
       if (kv.first == "caller")
-        throw Error(Error::Kind::Type, "macro '" + def.name +
-                                           "' was invoked with two values for the special caller argument. This is "
+        throw Error(Error::Kind::Type, "macro " + macro_name +
+                                           " was invoked with two values for the special caller argument. This is "
                                            "most likely a bug.");
-    throw Error(Error::Kind::Type, "macro '" + def.name + "' takes no keyword argument '" + kwargs.front().first + "'");
+    throw Error(Error::Kind::Type, "macro " + macro_name + " takes no keyword argument '" + kwargs.front().first + "'");
   }
   ValueList extra_pos;
   if (npos > np) extra_pos.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(np), args.positional.end());
   if (!extra_pos.empty() && !def.uses_varargs)
-    throw Error(Error::Kind::Type, "macro '" + def.name + "' takes not more than " + std::to_string(np) +
+    throw Error(Error::Kind::Type, "macro " + macro_name + " takes not more than " + std::to_string(np) +
                                        " argument(s)");
   const std::size_t first_default = np - def.defaults.size();
   for (std::size_t i = 0; i < np; ++i) {

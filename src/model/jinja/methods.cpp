@@ -171,6 +171,7 @@ std::string title_case(const std::u32string& u) {
 }
 
 std::string justify(const std::string& s, std::int64_t width, const std::string& fill, char how) {
+  if (width > (std::int64_t{1} << 24)) throw Error(Error::Kind::Runtime, "width too large");
   std::int64_t len = static_cast<std::int64_t>(utf8_length(s));
   if (width <= len) return s;
   std::int64_t marg = width - len;
@@ -329,6 +330,7 @@ Value str_method(const Value& self, const std::string& name, const CallArgs& arg
   if (name == "zfill") {
     ArgBinder b(args, name, {"width"});
     std::int64_t width = b.has(0) ? b.get(0).as_int() : 0;
+    if (width > (std::int64_t{1} << 24)) throw Error(Error::Kind::Runtime, "width too large");
     std::int64_t len = static_cast<std::int64_t>(utf8_length(s));
     if (width <= len) return Value(s);
     std::string pad(static_cast<std::size_t>(width - len), '0');

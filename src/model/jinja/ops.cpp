@@ -26,6 +26,11 @@ void check_defined(const Value& a, const Value& b) {
 [[noreturn]] void zero_division(const char* what) { throw Error(Error::Kind::Type, what); }
 
 Value repeat(const Value& seq, std::int64_t n) {
+  constexpr std::int64_t kMaxElements = std::int64_t{1} << 28;
+  std::int64_t unit = seq.is_string() ? static_cast<std::int64_t>(seq.str().size())
+                                      : static_cast<std::int64_t>(seq.items().size());
+  if (n > 0 && unit > 0 && n > kMaxElements / unit)
+    throw Error(Error::Kind::Runtime, "sequence repetition result too large");
   if (seq.is_string()) {
     std::string out;
     for (std::int64_t i = 0; i < n; ++i) out += seq.str();

@@ -10,6 +10,157 @@ namespace kiln::jinja {
 
 namespace {
 
+using ExprVisitor = std::function<void(const Expr&, bool soft)>;
+
+void walk_body(const Body& body, bool soft, const ExprVisitor& fn);
+
+void walk_args(const CallArgsExpr& a, bool soft, const ExprVisitor& fn);
+
+// Visits every expression node; `soft` is true inside if-statements and inline
+// if-expressions (jinja2's "soft frames", where unknown filters and tests are
+// only an error when they are reached at runtime).
+void walk_expr(const Expr* e, bool soft, const ExprVisitor& fn) {
+  if (!e) return;
+  fn(*e, soft);
+  switch (e->kind) {
+    case ExprKind::List:
+    case ExprKind::Tuple:
+      for (const auto& x : static_cast<const SeqExpr*>(e)->items) walk_expr(x.get(), soft, fn);
+      break;
+    case ExprKind::Dict:
+      for (const auto& [k, v] : static_cast<const DictExpr*>(e)->items) {
+        walk_expr(k.get(), soft, fn);
+        walk_expr(v.get(), soft, fn);
+      }
+      break;
+    case ExprKind::GetAttr:
+      walk_expr(static_cast<const GetAttrExpr*>(e)->object.get(), soft, fn);
+      break;
+    case ExprKind::GetItem:
+      walk_expr(static_cast<const GetItemExpr*>(e)->object.get(), soft, fn);
+      walk_expr(static_cast<const GetItemExpr*>(e)->key.get(), soft, fn);
+      break;
+    case ExprKind::Slice: {
+      auto* s = static_cast<const SliceExpr*>(e);
+      walk_expr(s->start.get(), soft, fn);
+      walk_expr(s->stop.get(), soft, fn);
+      walk_expr(s->step.get(), soft, fn);
+      break;
+    }
+    case ExprKind::Call:
+      walk_expr(static_cast<const CallExpr*>(e)->callee.get(), soft, fn);
+      walk_args(static_cast<const CallExpr*>(e)->args, soft, fn);
+      break;
+    case ExprKind::Filter:
+      walk_expr(static_cast<const FilterExpr*>(e)->operand.get(), soft, fn);
+      walk_args(static_cast<const FilterExpr*>(e)->args, soft, fn);
+      break;
+    case ExprKind::Test:
+      walk_expr(static_cast<const TestExpr*>(e)->operand.get(), soft, fn);
+      walk_args(static_cast<const TestExpr*>(e)->args, soft, fn);
+      break;
+    case ExprKind::Unary:
+      walk_expr(static_cast<const UnaryExpr*>(e)->operand.get(), soft, fn);
+      break;
+    case ExprKind::Binary:
+      walk_expr(static_cast<const BinaryExpr*>(e)->left.get(), soft, fn);
+      walk_expr(static_cast<const BinaryExpr*>(e)->right.get(), soft, fn);
+      break;
+    case ExprKind::Concat:
+      for (const auto& x : static_cast<const ConcatExpr*>(e)->parts) walk_expr(x.get(), soft, fn);
+      break;
+    case ExprKind::Compare:
+      walk_expr(static_cast<const CompareExpr*>(e)->first.get(), soft, fn);
+      for (const auto& [op, x] : static_cast<const CompareExpr*>(e)->rest) walk_expr(x.get(), soft, fn);
+      break;
+    case ExprKind::Cond: {
+      auto* c = static_cast<const CondExpr*>(e);
+      walk_expr(c->test.get(), true, fn);
+      walk_expr(c->then.get(), true, fn);
+      walk_expr(c->otherwise.get(), true, fn);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void walk_args(const CallArgsExpr& a, bool soft, const ExprVisitor& fn) {
+  for (const auto& x : a.positional) walk_expr(x.get(), soft, fn);
+  for (const auto& [k, x] : a.keyword) walk_expr(x.get(), soft, fn);
+  walk_expr(a.dyn_args.get(), soft, fn);
+  walk_expr(a.dyn_kwargs.get(), soft, fn);
+}
+
+void walk_body(const Body& body, bool soft, const ExprVisitor& fn) {
+  for (const auto& st : body) {
+    const Stmt* s = st.get();
+    switch (s->kind) {
+      case StmtKind::Print:
+        walk_expr(static_cast<const PrintStmt*>(s)->expr.get(), soft, fn);
+        break;
+      case StmtKind::If:
+        for (const auto& [t, b] : static_cast<const IfStmt*>(s)->branches) {
+          walk_expr(t.get(), true, fn);
+          walk_body(b, true, fn);
+        }
+        walk_body(static_cast<const IfStmt*>(s)->else_body, true, fn);
+        break;
+      case StmtKind::For: {
+        auto* f = static_cast<const ForStmt*>(s);
+        walk_expr(f->iter.get(), soft, fn);
+        walk_expr(f->filter.get(), false, fn);
+        walk_body(f->body, false, fn);
+        walk_body(f->else_body, false, fn);
+        break;
+      }
+      case StmtKind::Set:
+        walk_expr(static_cast<const SetStmt*>(s)->value.get(), soft, fn);
+        break;
+      case StmtKind::SetBlock:
+        walk_expr(static_cast<const SetBlockStmt*>(s)->filter.get(), soft, fn);
+        walk_body(static_cast<const SetBlockStmt*>(s)->body, false, fn);
+        break;
+      case StmtKind::Macro:
+        for (const auto& d : static_cast<const MacroStmt*>(s)->def.defaults) walk_expr(d.get(), false, fn);
+        walk_body(static_cast<const MacroStmt*>(s)->def.body, false, fn);
+        break;
+      case StmtKind::CallBlock:
+        walk_expr(static_cast<const CallBlockStmt*>(s)->call.get(), soft, fn);
+        for (const auto& d : static_cast<const CallBlockStmt*>(s)->def.defaults) walk_expr(d.get(), false, fn);
+        walk_body(static_cast<const CallBlockStmt*>(s)->def.body, false, fn);
+        break;
+      case StmtKind::FilterBlock:
+        walk_expr(static_cast<const FilterBlockStmt*>(s)->filter.get(), soft, fn);
+        walk_body(static_cast<const FilterBlockStmt*>(s)->body, false, fn);
+        break;
+      case StmtKind::With:
+        for (const auto& [t, v] : static_cast<const WithStmt*>(s)->assignments) walk_expr(v.get(), soft, fn);
+        walk_body(static_cast<const WithStmt*>(s)->body, false, fn);
+        break;
+      case StmtKind::Scope:
+        walk_body(static_cast<const ScopeStmt*>(s)->body, false, fn);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// jinja2 rejects unknown filters and tests when compiling, except in soft frames.
+void check_filters_and_tests(const Body& body) {
+  walk_body(body, false, [](const Expr& e, bool soft) {
+    if (soft) return;
+    if (e.kind == ExprKind::Filter) {
+      const auto& name = static_cast<const FilterExpr&>(e).name;
+      if (!has_filter(name)) throw Error(Error::Kind::Syntax, "No filter named '" + name + "'.", e.line);
+    } else if (e.kind == ExprKind::Test) {
+      const auto& name = static_cast<const TestExpr&>(e).name;
+      if (!has_test(name)) throw Error(Error::Kind::Syntax, "No test named '" + name + "'.", e.line);
+    }
+  });
+}
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : toks_(std::move(tokens)) {}
@@ -136,6 +287,7 @@ class Parser {
   }
 
   StmtPtr parse_statement() {
+    DepthGuard guard(*this);
     const Token& t = cur();
     if (t.type != TokenType::Name) fail("tag name expected");
     const std::string name = t.text;
@@ -256,7 +408,7 @@ class Parser {
   StmtPtr parse_call_block() {
     int line = next().line;
     auto s = std::make_unique<CallBlockStmt>(line);
-    s->def.name = "caller";
+    s->def.name = "";  // anonymous, like jinja2's call-block macro
     if (is_op(cur(), "(")) parse_signature(s->def);
     ExprPtr call = parse_expression(true);
     if (call->kind != ExprKind::Call) fail("expected call", line);
@@ -293,138 +445,16 @@ class Parser {
 
   // Finds references to caller/varargs/kwargs in a macro body (as jinja2 does to
   // decide which extra arguments a macro accepts).
-  static void scan_expr(const Expr* e, MacroDef& def) {
-    if (!e) return;
-    switch (e->kind) {
-      case ExprKind::Name: {
-        const auto& n = static_cast<const NameExpr*>(e)->name;
-        if (n == "caller") def.uses_caller = true;
-        if (n == "varargs") def.uses_varargs = true;
-        if (n == "kwargs") def.uses_kwargs = true;
-        break;
-      }
-      case ExprKind::List:
-      case ExprKind::Tuple:
-        for (const auto& x : static_cast<const SeqExpr*>(e)->items) scan_expr(x.get(), def);
-        break;
-      case ExprKind::Dict:
-        for (const auto& [k, v] : static_cast<const DictExpr*>(e)->items) {
-          scan_expr(k.get(), def);
-          scan_expr(v.get(), def);
-        }
-        break;
-      case ExprKind::GetAttr:
-        scan_expr(static_cast<const GetAttrExpr*>(e)->object.get(), def);
-        break;
-      case ExprKind::GetItem:
-        scan_expr(static_cast<const GetItemExpr*>(e)->object.get(), def);
-        scan_expr(static_cast<const GetItemExpr*>(e)->key.get(), def);
-        break;
-      case ExprKind::Slice: {
-        auto* s = static_cast<const SliceExpr*>(e);
-        scan_expr(s->start.get(), def);
-        scan_expr(s->stop.get(), def);
-        scan_expr(s->step.get(), def);
-        break;
-      }
-      case ExprKind::Call:
-        scan_expr(static_cast<const CallExpr*>(e)->callee.get(), def);
-        scan_args(static_cast<const CallExpr*>(e)->args, def);
-        break;
-      case ExprKind::Filter:
-        scan_expr(static_cast<const FilterExpr*>(e)->operand.get(), def);
-        scan_args(static_cast<const FilterExpr*>(e)->args, def);
-        break;
-      case ExprKind::Test:
-        scan_expr(static_cast<const TestExpr*>(e)->operand.get(), def);
-        scan_args(static_cast<const TestExpr*>(e)->args, def);
-        break;
-      case ExprKind::Unary:
-        scan_expr(static_cast<const UnaryExpr*>(e)->operand.get(), def);
-        break;
-      case ExprKind::Binary:
-        scan_expr(static_cast<const BinaryExpr*>(e)->left.get(), def);
-        scan_expr(static_cast<const BinaryExpr*>(e)->right.get(), def);
-        break;
-      case ExprKind::Concat:
-        for (const auto& x : static_cast<const ConcatExpr*>(e)->parts) scan_expr(x.get(), def);
-        break;
-      case ExprKind::Compare:
-        scan_expr(static_cast<const CompareExpr*>(e)->first.get(), def);
-        for (const auto& [op, x] : static_cast<const CompareExpr*>(e)->rest) scan_expr(x.get(), def);
-        break;
-      case ExprKind::Cond: {
-        auto* c = static_cast<const CondExpr*>(e);
-        scan_expr(c->test.get(), def);
-        scan_expr(c->then.get(), def);
-        scan_expr(c->otherwise.get(), def);
-        break;
-      }
-      default:
-        break;
-    }
-  }
-  static void scan_args(const CallArgsExpr& a, MacroDef& def) {
-    for (const auto& x : a.positional) scan_expr(x.get(), def);
-    for (const auto& [k, x] : a.keyword) scan_expr(x.get(), def);
-    scan_expr(a.dyn_args.get(), def);
-    scan_expr(a.dyn_kwargs.get(), def);
-  }
-  static void scan_body(const Body& body, MacroDef& def) {
-    for (const auto& s : body) {
-      switch (s->kind) {
-        case StmtKind::Print:
-          scan_expr(static_cast<const PrintStmt*>(s.get())->expr.get(), def);
-          break;
-        case StmtKind::If:
-          for (const auto& [t, b] : static_cast<const IfStmt*>(s.get())->branches) {
-            scan_expr(t.get(), def);
-            scan_body(b, def);
-          }
-          scan_body(static_cast<const IfStmt*>(s.get())->else_body, def);
-          break;
-        case StmtKind::For: {
-          auto* f = static_cast<const ForStmt*>(s.get());
-          scan_expr(f->iter.get(), def);
-          scan_expr(f->filter.get(), def);
-          scan_body(f->body, def);
-          scan_body(f->else_body, def);
-          break;
-        }
-        case StmtKind::Set:
-          scan_expr(static_cast<const SetStmt*>(s.get())->value.get(), def);
-          break;
-        case StmtKind::SetBlock:
-          scan_expr(static_cast<const SetBlockStmt*>(s.get())->filter.get(), def);
-          scan_body(static_cast<const SetBlockStmt*>(s.get())->body, def);
-          break;
-        case StmtKind::Macro:
-          for (const auto& d : static_cast<const MacroStmt*>(s.get())->def.defaults) scan_expr(d.get(), def);
-          scan_body(static_cast<const MacroStmt*>(s.get())->def.body, def);
-          break;
-        case StmtKind::CallBlock:
-          scan_expr(static_cast<const CallBlockStmt*>(s.get())->call.get(), def);
-          scan_body(static_cast<const CallBlockStmt*>(s.get())->def.body, def);
-          break;
-        case StmtKind::FilterBlock:
-          scan_expr(static_cast<const FilterBlockStmt*>(s.get())->filter.get(), def);
-          scan_body(static_cast<const FilterBlockStmt*>(s.get())->body, def);
-          break;
-        case StmtKind::With:
-          for (const auto& [t, v] : static_cast<const WithStmt*>(s.get())->assignments) scan_expr(v.get(), def);
-          scan_body(static_cast<const WithStmt*>(s.get())->body, def);
-          break;
-        case StmtKind::Scope:
-          scan_body(static_cast<const ScopeStmt*>(s.get())->body, def);
-          break;
-        default:
-          break;
-      }
-    }
-  }
   static void scan_special_names(MacroDef& def) {
-    for (const auto& d : def.defaults) scan_expr(d.get(), def);
-    scan_body(def.body, def);
+    auto fn = [&def](const Expr& e, bool) {
+      if (e.kind != ExprKind::Name) return;
+      const auto& n = static_cast<const NameExpr&>(e).name;
+      if (n == "caller") def.uses_caller = true;
+      if (n == "varargs") def.uses_varargs = true;
+      if (n == "kwargs") def.uses_kwargs = true;
+    };
+    for (const auto& d : def.defaults) walk_expr(d.get(), false, fn);
+    walk_body(def.body, false, fn);
   }
 
   // ---------------------------------------------------------------- expressions
@@ -457,7 +487,20 @@ class Parser {
     fail("can't assign to this expression", e->line);
   }
 
-  ExprPtr parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
+  // Bounds recursion on pathological input (deeply nested brackets or blocks).
+  struct DepthGuard {
+    explicit DepthGuard(Parser& p) : p_(p) {
+      if (++p_.nesting_ > kMaxNesting) p_.fail("template nested too deeply");
+    }
+    ~DepthGuard() { --p_.nesting_; }
+    Parser& p_;
+  };
+  static constexpr int kMaxNesting = 256;
+
+  ExprPtr parse_expression(bool with_condexpr) {
+    DepthGuard guard(*this);
+    return with_condexpr ? parse_condexpr() : parse_or();
+  }
 
   ExprPtr parse_condexpr() {
     int line = cur().line;
@@ -583,6 +626,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    DepthGuard guard(*this);
     int line = cur().line;
     ExprPtr node;
     if (skip_op("-")) {
@@ -816,7 +860,6 @@ class Parser {
       int line = cur().line;
       std::string name = expect_any_name();
       while (skip_op(".")) name += "." + expect_any_name();
-      if (!has_filter(name)) fail("No filter named '" + name + "'.", line);
       auto f = std::make_unique<FilterExpr>(line);
       f->name = name;
       if (is_op(cur(), "(")) f->args = parse_call_args();
@@ -832,7 +875,6 @@ class Parser {
     bool negated = skip_name("not");
     std::string name = expect_any_name();
     while (skip_op(".")) name += "." + expect_any_name();
-    if (!has_test(name)) fail("No test named '" + name + "'.", line);
     auto t = std::make_unique<TestExpr>(line);
     t->name = name;
     const Token& c = cur();
@@ -854,12 +896,15 @@ class Parser {
   std::vector<Token> toks_;
   std::size_t pos_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace
 
 Body parse_template(std::string_view source, const LexerOptions& options) {
-  return Parser(tokenize(source, options)).parse_root();
+  Body body = Parser(tokenize(source, options)).parse_root();
+  check_filters_and_tests(body);
+  return body;
 }
 
 }  // namespace kiln::jinja

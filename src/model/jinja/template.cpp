@@ -17,7 +17,13 @@ Template::Template(std::string_view source, const TemplateOptions& options) : im
   lex.trim_blocks = options.trim_blocks;
   lex.lstrip_blocks = options.lstrip_blocks;
   lex.keep_trailing_newline = options.keep_trailing_newline;
-  impl_->body = parse_template(source, lex);
+  try {
+    impl_->body = parse_template(source, lex);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // e.g. std::bad_alloc
+    throw Error(Error::Kind::Runtime, std::string("template parsing failed: ") + e.what());
+  }
 }
 
 Template::~Template() = default;
@@ -29,7 +35,13 @@ std::string Template::render(const Context& context) const {
   env.immutable_sandbox = impl_->options.immutable_sandbox;
   env.tojson = impl_->options.tojson;
   Interpreter interp(env, std::unordered_map<std::string, Value>(context.begin(), context.end()));
-  return interp.render(impl_->body);
+  try {
+    return interp.render(impl_->body);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // e.g. std::bad_alloc, std::out_of_range
+    throw Error(Error::Kind::Runtime, std::string("template rendering failed: ") + e.what(), interp.current_line());
+  }
 }
 
 namespace {

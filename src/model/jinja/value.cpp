@@ -308,6 +308,10 @@ char32_t py_toupper(char32_t c) {
     if (c == 0x130 || c == 0x138 || c == 0x149 || c == 0x178) return c;
     return (c % 2 == 1) ? c - 1 : c;
   }
+  if (c >= 0x1C4 && c <= 0x1CC) return c - (c - 0x1C4) % 3;  // DŽ Dž dž, LJ Lj lj, NJ Nj nj
+  if (c >= 0x1F1 && c <= 0x1F3) return 0x1F1;
+  if (c >= 0x1E00 && c <= 0x1EFF && !(c >= 0x1E96 && c <= 0x1E9F)) return (c % 2 == 1) ? c - 1 : c;
+  if (c >= 0x561 && c <= 0x586) return c - 48;
   if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 32;
   if (c == 0x3C2) return 0x3A3;
   if (c == 0x3AC) return 0x386;
@@ -330,6 +334,10 @@ char32_t py_tolower(char32_t c) {
     if (c == 0x131 || c == 0x138 || c == 0x149 || c == 0x17F) return c;
     return (c % 2 == 0) ? c + 1 : c;
   }
+  if (c >= 0x1C4 && c <= 0x1CC) return c + 2 - (c - 0x1C4) % 3;
+  if (c >= 0x1F1 && c <= 0x1F3) return 0x1F3;
+  if (c >= 0x1E00 && c <= 0x1EFF && !(c >= 0x1E96 && c <= 0x1E9F)) return (c % 2 == 0) ? c + 1 : c;
+  if (c >= 0x531 && c <= 0x556) return c + 48;
   if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
   if (c == 0x386) return 0x3AC;
   if (c >= 0x388 && c <= 0x38A) return c + 37;
@@ -374,7 +382,13 @@ std::string py_upper(std::string_view s) {
 std::string py_lower(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (char32_t c : utf8_decode(s)) utf8_append(out, py_tolower(c));
+  for (char32_t c : utf8_decode(s)) {
+    if (c == 0x130) {  // 'İ'.lower() == 'i̇'
+      out += "i\xCC\x87";
+      continue;
+    }
+    utf8_append(out, py_tolower(c));
+  }
   return out;
 }
 

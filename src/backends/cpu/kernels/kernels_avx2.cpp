@@ -390,17 +390,24 @@ inline __m256i bit_to(__m256i v, int j, int to) {
     return _mm256_and_si256(moved, _mm256_set1_epi8(static_cast<char>(1 << to)));
 }
 
-// Q4_K / Q5_K 6-bit scales and mins, unpacked with 32-bit word operations
-// (layout in quant_blocks.h / k4_scale_min in kernels_scalar.cpp): returns
-// bytes 0-7 = scales of sub-blocks 0-7, bytes 8-15 = mins.
+// v, or its upper 8 bytes moved down when g is 1 (a shift by a
+// run-time count: _mm_srli_si128 needs a compile-time constant).
+inline __m128i upper_half_if(__m128i v, int g) { return g ? _mm_unpackhi_epi64(v, v) : v; }
+
+// Q4_K / Q5_K 6-bit scales and mins (layout: k4_scale_min in
+// kernels_scalar.cpp), unpacked in 32-bit lanes: returns bytes 0-7 = scales
+// of sub-blocks 0-7, bytes 8-15 = mins. With w0..w2 the packed words:
+//   scales 0-3 = w0 & 0x3f..,  scales 4-7 = (w2 & 0x0f..) | ((w0 >> 2) & 0x30..)
+//   mins 0-3   = w1 & 0x3f..,  mins 4-7   = ((w2 >> 4) & 0x0f..) | ((w1 >> 2) & 0x30..)
+// The 16-byte load reads 4 bytes of qs past the 12 scale bytes (same block).
 inline __m128i k4_scales_mins(const uint8_t* p) {
-    uint32_t w[3];
-    std::memcpy(w, p, sizeof(w));
-    const uint32_t sc_lo = w[0] & 0x3f3f3f3fu;
-    const uint32_t m_lo = w[1] & 0x3f3f3f3fu;
-    const uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
-    const uint32_t m_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
-    return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo), static_cast<int>(m_hi));
+    const __m128i v = loadu128(p);
+    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // w0 w2 w1 w2
+    const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // w0 w0 w1 w1
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
 }
 
 // Q3_K's sixteen 6-bit scales (offset 32 removed), as int8.
@@ -496,7 +503,7 @@ void vec_dot_q6_K(int64_t n, float* s, const void* vx, const void* vy) {
         isum = _mm256_sub_epi32(_mm256_setzero_si256(), isum);
         const int8_t* a = y[b].qs;
         for (int g = 0; g < 2; ++g) {
-            const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8 * g)));
+            const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(upper_half_if(sc8, g)));
             const __m256i ql0 = loadu256(x[b].ql + 64 * g);
             const __m256i ql1 = loadu256(x[b].ql + 64 * g + 32);
             const __m256i qh = loadu256(x[b].qh + 32 * g);
@@ -529,7 +536,7 @@ void vec_dot_q3_K(int64_t n, float* s, const void* vx, const void* vy) {
         const __m256i hm = loadu256(x[b].hmask);  // bit j of byte l: element 32 j + l
         const int8_t* a = y[b].qs;
         for (int g = 0; g < 2; ++g) {
-            const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8 * g)));
+            const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(upper_half_if(sc8, g)));
             const __m256i q = loadu256(x[b].qs + 32 * g);
             for (int p = 0; p < 4; ++p) {
                 const __m256i v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * p), low2), bit_to(hm, 4 * g + p, 2));
@@ -560,7 +567,7 @@ void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
         const int8_t* a = y[b].qs;
         __m256i isum = _mm256_setzero_si256();
         for (int g = 0; g < 2; ++g) {
-            const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sc8, 8 * g)));
+            const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(upper_half_if(sc8, g)));
             const __m256i q = loadu256(x[b].qs + 32 * g);
             for (int p = 0; p < 4; ++p) {
                 const __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * p), low2);

@@ -29,6 +29,7 @@
 // GCC 12's AVX-512 headers trigger -Wmaybe-uninitialized on their own
 // _mm512_undefined_*() placeholders once inlined (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #include <immintrin.h>
@@ -385,16 +386,24 @@ void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
 // ---------------------------------------------------------------------------
 // K-quants against Q8_K.
 
-// Q4_K / Q5_K 6-bit scales and mins (see k4_scale_min in kernels_scalar.cpp):
-// bytes 0-7 = scales of sub-blocks 0-7, bytes 8-15 = mins.
+// v, or its upper 8 bytes moved down when g is 1 (a shift by a
+// run-time count: _mm_srli_si128 needs a compile-time constant).
+inline __m128i upper_half_if(__m128i v, int g) { return g ? _mm_unpackhi_epi64(v, v) : v; }
+
+// Q4_K / Q5_K 6-bit scales and mins (layout: k4_scale_min in
+// kernels_scalar.cpp), unpacked in 32-bit lanes: returns bytes 0-7 = scales
+// of sub-blocks 0-7, bytes 8-15 = mins. With w0..w2 the packed words:
+//   scales 0-3 = w0 & 0x3f..,  scales 4-7 = (w2 & 0x0f..) | ((w0 >> 2) & 0x30..)
+//   mins 0-3   = w1 & 0x3f..,  mins 4-7   = ((w2 >> 4) & 0x0f..) | ((w1 >> 2) & 0x30..)
+// The 16-byte load reads 4 bytes of qs past the 12 scale bytes (same block).
 inline __m128i k4_scales_mins(const uint8_t* p) {
-    uint32_t w[3];
-    std::memcpy(w, p, sizeof(w));
-    const uint32_t sc_lo = w[0] & 0x3f3f3f3fu;
-    const uint32_t m_lo = w[1] & 0x3f3f3f3fu;
-    const uint32_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
-    const uint32_t m_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
-    return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo), static_cast<int>(m_hi));
+    const __m128i v = loadu128(p);
+    const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // w0 w2 w1 w2
+    const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // w0 w0 w1 w1
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
 }
 
 // Sum over the eight 32-element sub-blocks of m_j * (bsums[2j] + bsums[2j+1]), as 4 int32.
@@ -489,7 +498,7 @@ void vec_dot_q6_K(int64_t n, float* s, const void* vx, const void* vy) {
         const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(loadu256(y[b].bsums), _mm256_cvtepi8_epi16(sc8)), 5);
         __m512i isum = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(off));
         for (int g = 0; g < 2; ++g) {
-            const __m512i scales = _mm512_broadcast_i32x4(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8 * g)));
+            const __m512i scales = _mm512_broadcast_i32x4(_mm_cvtepi8_epi16(upper_half_if(sc8, g)));
             const __m512i ql = loadu512(x[b].ql + 64 * g);
             const __m512i qh = _mm512_broadcast_i64x4(loadu256(x[b].qh + 32 * g));
             const __m512i ua = _mm512_ternarylogic_epi64(_mm512_and_si512(ql, low4), _mm512_sllv_epi64(qh, shl_a), bits45, 0xF8);

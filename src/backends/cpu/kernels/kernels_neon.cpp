@@ -24,9 +24,11 @@
 #include "core/float_convert.h"
 #include "core/quant_blocks.h"
 
-// Whether the dotprod pass can be compiled: by GCC/Clang via target pragmas,
-// or anywhere the whole build already targets dotprod.
-#if defined(__ARM_FEATURE_DOTPROD) || defined(__GNUC__) || defined(__clang__)
+// Whether the dotprod pass can be compiled: wherever the whole build already
+// targets dotprod, else by target pragma with GCC >= 10 or Clang >= 16 (older
+// Clang declares vdotq_s32 only when dotprod is enabled for the whole file).
+#if defined(__ARM_FEATURE_DOTPROD) || (defined(__clang__) && __clang_major__ >= 16) || \
+    (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10)
 #define KILN_NEON_HAVE_DOTPROD 1
 #else
 #define KILN_NEON_HAVE_DOTPROD 0
@@ -62,6 +64,32 @@ inline void k4_scales_mins(const uint8_t* p, uint8_t sc[8], uint8_t m[8]) {
                            w[1] & 0x3f3f3f3fu, ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4)};
     std::memcpy(sc, v, 8);
     std::memcpy(m, v + 2, 8);
+}
+
+// Q3_K's sixteen 6-bit scales (offset 32 removed) as int8: low nibbles of
+// scales 0-7 / 8-15 in the low / high nibbles of bytes 0-7, the top two bits
+// of scale 4k+i in bits 2k..2k+1 of byte 8+i.
+inline void q3_scales(const uint8_t* p, int8_t out[16]) {
+    uint32_t w[3];
+    std::memcpy(w, p, sizeof(w));
+    const uint32_t low[4] = {w[0] & 0x0f0f0f0fu, w[1] & 0x0f0f0f0fu, (w[0] >> 4) & 0x0f0f0f0fu, (w[1] >> 4) & 0x0f0f0f0fu};
+    uint32_t v[4];
+    for (int k = 0; k < 4; ++k) v[k] = low[k] | (((w[2] >> (2 * k)) & 0x03030303u) << 4);
+    vst1q_s8(out, vsubq_s8(vreinterpretq_s8_u32(vld1q_u32(v)), vdupq_n_s8(32)));
+}
+
+// 0xFF in byte j (j < 32) where bit j of the little-endian 32-bit qh is set:
+// the fifth bits of a Q5_0 / Q5_1 block, elements 0-15 and 16-31.
+inline void expand_bits32(const uint8_t* qh, uint8x16_t& lo, uint8x16_t& hi) {
+    uint32_t h;
+    std::memcpy(&h, qh, sizeof(h));
+    const uint8x16_t bytes = vreinterpretq_u8_u32(vdupq_n_u32(h));
+    static constexpr uint8_t kIdxLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    static constexpr uint8_t kIdxHi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    static constexpr uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bit = vld1q_u8(kBit);
+    lo = vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(kIdxLo)), bit);
+    hi = vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(kIdxHi)), bit);
 }
 
 // Sum over the eight 32-element sub-blocks of m_j * (bsums[2j] + bsums[2j+1]).
@@ -123,6 +151,29 @@ void from_float_q8_0(const float* x, void* vy, int64_t n) {
         for (int k = 0; k < 8; ++k) q[k] = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));  // roundf
         narrow_store(q, y[b].qs);
         y[b].d = fp32_to_fp16(d);
+    }
+}
+
+void from_float_q8_1(const float* x, void* vy, int64_t n) {
+    auto* y = static_cast<block_q8_1*>(vy);
+    for (int64_t b = 0; b < n / QK8_1; ++b, x += QK8_1) {
+        float32x4_t v[8];
+        float32x4_t amax = vdupq_n_f32(0);
+        for (int k = 0; k < 8; ++k) {
+            v[k] = vld1q_f32(x + 4 * k);
+            amax = vmaxq_f32(amax, vabsq_f32(v[k]));
+        }
+        const float d = vmaxvq_f32(amax) / 127.0f;
+        const float id = d != 0 ? 1.0f / d : 0.0f;
+        int32x4_t q[8];
+        int32x4_t sum = vdupq_n_s32(0);
+        for (int k = 0; k < 8; ++k) {
+            q[k] = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));
+            sum = vaddq_s32(sum, q[k]);
+        }
+        narrow_store(q, y[b].qs);
+        y[b].d = fp32_to_fp16(d);
+        y[b].s = fp32_to_fp16(static_cast<float>(vaddvq_s32(sum)) * d);
     }
 }
 
@@ -235,6 +286,11 @@ using namespace neon_common;
 #define KILN_NEON_TABLE(NS)                                                                       \
     namespace NS##_table {                                                                        \
     constexpr TypeKernels kQ4_0{Type::Q8_0, from_float_q8_0, NS::vec_dot_q4_0};                   \
+    constexpr TypeKernels kQ4_1{Type::Q8_1, from_float_q8_1, NS::vec_dot_q4_1};                   \
+    constexpr TypeKernels kQ5_0{Type::Q8_0, from_float_q8_0, NS::vec_dot_q5_0};                   \
+    constexpr TypeKernels kQ5_1{Type::Q8_1, from_float_q8_1, NS::vec_dot_q5_1};                   \
+    constexpr TypeKernels kQ2_K{Type::Q8_K, from_float_q8_K, NS::vec_dot_q2_K};                   \
+    constexpr TypeKernels kQ3_K{Type::Q8_K, from_float_q8_K, NS::vec_dot_q3_K};                   \
     constexpr TypeKernels kQ8_0{Type::Q8_0, from_float_q8_0, NS::vec_dot_q8_0};                   \
     constexpr TypeKernels kIQ4_NL{Type::Q8_0, from_float_q8_0, NS::vec_dot_iq4_nl};               \
     constexpr TypeKernels kQ4_K{Type::Q8_K, from_float_q8_K, NS::vec_dot_q4_K};                   \
@@ -243,6 +299,11 @@ using namespace neon_common;
     inline const TypeKernels* find(Type t) {                                                      \
         switch (t) {                                                                              \
             case Type::Q4_0: return &kQ4_0;                                                       \
+            case Type::Q4_1: return &kQ4_1;                                                       \
+            case Type::Q5_0: return &kQ5_0;                                                       \
+            case Type::Q5_1: return &kQ5_1;                                                       \
+            case Type::Q2_K: return &kQ2_K;                                                       \
+            case Type::Q3_K: return &kQ3_K;                                                       \
             case Type::Q8_0: return &kQ8_0;                                                       \
             case Type::IQ4_NL: return &kIQ4_NL;                                                   \
             case Type::Q4_K: return &kQ4_K;                                                       \
@@ -264,7 +325,7 @@ constexpr TypeKernels kBF16{Type::BF16, from_float_bf16, vec_dot_half<bf16x4, bf
 
 }  // namespace
 
-// Types not listed fall back to the scalar kernels (see kernels() in cpu_features.cpp).
+// Every type with a scalar kernel has a NEON one.
 const TypeKernels* neon_kernels(Type t, const CpuFeatures& f) {
     switch (t) {
         case Type::F32: return &kF32;
@@ -302,12 +363,12 @@ inline int8x16_t high_nibbles(uint8x16_t v) { return vreinterpretq_s8_u8(vshrq_n
 
 // 32-element blocks: four per step, their scale products converted together
 // and applied with lane-indexed FMAs.
-template <typename BX, typename BlockDot>
-inline float dot_blocks(int64_t nb, const BX* x, const block_q8_0* y, BlockDot dot) {
+template <typename BX, typename BY, typename BlockDot>
+inline float dot_blocks(int64_t nb, const BX* x, const BY* y, BlockDot dot) {
     float32x4_t acc[2] = {vdupq_n_f32(0), vdupq_n_f32(0)};
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const float32x4_t d = vmulq_f32(load4_fp16(&x[b].d, sizeof(BX)), load4_fp16(&y[b].d, sizeof(block_q8_0)));
+        const float32x4_t d = vmulq_f32(load4_fp16(&x[b].d, sizeof(BX)), load4_fp16(&y[b].d, sizeof(BY)));
         acc[0] = vfmaq_laneq_f32(acc[0], vcvtq_f32_s32(dot(x[b], y[b])), d, 0);
         acc[1] = vfmaq_laneq_f32(acc[1], vcvtq_f32_s32(dot(x[b + 1], y[b + 1])), d, 1);
         acc[0] = vfmaq_laneq_f32(acc[0], vcvtq_f32_s32(dot(x[b + 2], y[b + 2])), d, 2);
@@ -351,6 +412,56 @@ void vec_dot_q8_0(int64_t n, float* s, const void* vx, const void* vy) {
 }
 void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
     *s = dot_blocks(n / QK4_NL, static_cast<const block_iq4_nl*>(vx), static_cast<const block_q8_0*>(vy), DotIQ4_NL{});
+}
+
+// Q4_1 / Q5_1 against Q8_1: sum over blocks of m_x * s_y, the offset term.
+template <typename BX>
+inline float offset_terms(int64_t nb, const BX* x, const block_q8_1* y) {
+    float32x4_t acc = vdupq_n_f32(0);
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) acc = vfmaq_f32(acc, load4_fp16(&x[b].m, sizeof(BX)), load4_fp16(&y[b].s, sizeof(block_q8_1)));
+    float tail = 0;
+    for (; b < nb; ++b) tail += h2f(x[b].m) * h2f(y[b].s);
+    return vaddvq_f32(acc) + tail;
+}
+
+struct DotQ4_1 {
+    int32x4_t operator()(const block_q4_1& x, const block_q8_1& y) const {
+        const uint8x16_t raw = vld1q_u8(x.qs);
+        return dot16(dot16(vdupq_n_s32(0), low_nibbles(raw), vld1q_s8(y.qs)), high_nibbles(raw), vld1q_s8(y.qs + 16));
+    }
+};
+
+// Q5: nibble | 16 * bit (Q5_1), minus 16 for Q5_0.
+template <typename BX, bool Signed>
+struct DotQ5 {
+    template <typename BY>
+    int32x4_t operator()(const BX& x, const BY& y) const {
+        uint8x16_t hlo, hhi;
+        expand_bits32(x.qh, hlo, hhi);
+        const uint8x16_t raw = vld1q_u8(x.qs), sixteen = vdupq_n_u8(16);
+        int8x16_t lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0F)), vandq_u8(hlo, sixteen)));
+        int8x16_t hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(raw, 4), vandq_u8(hhi, sixteen)));
+        if constexpr (Signed) {
+            lo = vsubq_s8(lo, vdupq_n_s8(16));
+            hi = vsubq_s8(hi, vdupq_n_s8(16));
+        }
+        return dot16(dot16(vdupq_n_s32(0), lo, vld1q_s8(y.qs)), hi, vld1q_s8(y.qs + 16));
+    }
+};
+
+void vec_dot_q4_1(int64_t n, float* s, const void* vx, const void* vy) {
+    const auto* x = static_cast<const block_q4_1*>(vx);
+    const auto* y = static_cast<const block_q8_1*>(vy);
+    *s = dot_blocks(n / QK4_1, x, y, DotQ4_1{}) + offset_terms(n / QK4_1, x, y);
+}
+void vec_dot_q5_0(int64_t n, float* s, const void* vx, const void* vy) {
+    *s = dot_blocks(n / QK5_0, static_cast<const block_q5_0*>(vx), static_cast<const block_q8_0*>(vy), DotQ5<block_q5_0, true>{});
+}
+void vec_dot_q5_1(int64_t n, float* s, const void* vx, const void* vy) {
+    const auto* x = static_cast<const block_q5_1*>(vx);
+    const auto* y = static_cast<const block_q8_1*>(vy);
+    *s = dot_blocks(n / QK5_1, x, y, DotQ5<block_q5_1, false>{}) + offset_terms(n / QK5_1, x, y);
 }
 
 // K-quants: per super-block an int32x4 accumulates sub-block dot products
@@ -442,6 +553,77 @@ void vec_dot_q6_K(int64_t n, float* s, const void* vx, const void* vy) {
                     const int8x16_t w = vsubq_s8(vreinterpretq_s8_u8(u[p]), offset);
                     const int32x4_t d = dot16(vdupq_n_s32(0), w, vld1q_s8(a + 32 * p + 16 * h));
                     isum = vmlaq_n_s32(isum, d, sc[8 * g + 2 * p + h]);
+                }
+            }
+        }
+        sum += y[b].d * h2f(x[b].d) * static_cast<float>(vaddvq_s32(isum));
+    }
+    *s = sum;
+}
+
+
+// Q2_K / Q3_K quants: per 128-element half g, qs[32g + l] holds elements
+// 32p + l of the half in bit pairs p (p = 0..3); 16-byte chunk h covers
+// l = 16h..16h+15, i.e. 16-element sub-block 8g + 2p + h.
+void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
+    const auto* x = static_cast<const block_q2_K*>(vx);
+    const auto* y = static_cast<const block_q8_K*>(vy);
+    const uint8x16_t low2 = vdupq_n_u8(3);
+    float sum = 0;
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        // scales byte j: low nibble sc_j, high nibble m_j.
+        const uint8x16_t raw = vld1q_u8(x[b].scales);
+        uint8_t sc[16];
+        vst1q_u8(sc, vandq_u8(raw, vdupq_n_u8(0x0F)));
+        const int16x8_t m0 = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(vshrq_n_u8(raw, 4))));
+        const int16x8_t m1 = vreinterpretq_s16_u16(vmovl_high_u8(vshrq_n_u8(raw, 4)));
+        const int16x8_t bs0 = vld1q_s16(y[b].bsums), bs1 = vld1q_s16(y[b].bsums + 8);
+        int32x4_t mt = vmull_s16(vget_low_s16(bs0), vget_low_s16(m0));
+        mt = vmlal_high_s16(mt, bs0, m0);
+        mt = vmlal_s16(mt, vget_low_s16(bs1), vget_low_s16(m1));
+        mt = vmlal_high_s16(mt, bs1, m1);
+        int32x4_t isum = vdupq_n_s32(0);
+        for (int g = 0; g < 2; ++g) {
+            const int8_t* a = y[b].qs + 128 * g;
+            for (int h = 0; h < 2; ++h) {
+                const uint8x16_t q = vld1q_u8(x[b].qs + 32 * g + 16 * h);
+                const int8x16_t v0 = vreinterpretq_s8_u8(vandq_u8(q, low2));
+                const int8x16_t v1 = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q, 2), low2));
+                const int8x16_t v2 = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q, 4), low2));
+                const int8x16_t v3 = vreinterpretq_s8_u8(vshrq_n_u8(q, 6));
+                isum = vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), v0, vld1q_s8(a + 16 * h)), sc[8 * g + h]);
+                isum = vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), v1, vld1q_s8(a + 32 + 16 * h)), sc[8 * g + 2 + h]);
+                isum = vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), v2, vld1q_s8(a + 64 + 16 * h)), sc[8 * g + 4 + h]);
+                isum = vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), v3, vld1q_s8(a + 96 + 16 * h)), sc[8 * g + 6 + h]);
+            }
+        }
+        const float dy = y[b].d;
+        sum += dy * h2f(x[b].d) * static_cast<float>(vaddvq_s32(isum)) - dy * h2f(x[b].dmin) * static_cast<float>(vaddvq_s32(mt));
+    }
+    *s = sum;
+}
+
+// Q3_K: q = low2 + 4 * hbit - 4 in [-4, 3], signed, dotted directly; the high
+// bit of element 32 j + l is bit j of hmask[l].
+void vec_dot_q3_K(int64_t n, float* s, const void* vx, const void* vy) {
+    const auto* x = static_cast<const block_q3_K*>(vx);
+    const auto* y = static_cast<const block_q8_K*>(vy);
+    const uint8x16_t low2 = vdupq_n_u8(3), four = vdupq_n_u8(4);
+    float sum = 0;
+    for (int64_t b = 0; b < n / QK_K; ++b) {
+        int8_t sc[16];
+        q3_scales(x[b].scales, sc);
+        int32x4_t isum = vdupq_n_s32(0);
+        for (int g = 0; g < 2; ++g) {
+            const int8_t* a = y[b].qs + 128 * g;
+            for (int h = 0; h < 2; ++h) {
+                const uint8x16_t q = vld1q_u8(x[b].qs + 32 * g + 16 * h);
+                const uint8x16_t hm = vld1q_u8(x[b].hmask + 16 * h);
+                for (int p = 0; p < 4; ++p) {
+                    const uint8x16_t low = vandq_u8(vshlq_u8(q, vdupq_n_s8(static_cast<int8_t>(-2 * p))), low2);
+                    const uint8x16_t hb = vandq_u8(vtstq_u8(hm, vdupq_n_u8(static_cast<uint8_t>(1u << (4 * g + p)))), four);
+                    const int8x16_t w = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, hb)), vdupq_n_s8(4));
+                    isum = vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), w, vld1q_s8(a + 32 * p + 16 * h)), sc[8 * g + 2 * p + h]);
                 }
             }
         }
