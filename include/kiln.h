@@ -164,6 +164,80 @@ KILN_API void kiln_perf_context_reset(kiln_context* ctx);
 KILN_API uint64_t kiln_kv_bytes(const kiln_context* ctx);
 KILN_API uint64_t kiln_compute_bytes(const kiln_context* ctx);
 
+
+/* ---- Tokenizer ---- */
+
+/* Tokenizes text (text_len bytes, or up to NUL if negative). add_special: add BOS/EOS as the model
+ * wants; parse_special: control-token texts in the input become their ids. Returns the number of
+ * tokens; if n_tokens_max is too small, minus the number needed; INT32_MIN on error. */
+KILN_API int32_t kiln_tokenize(const kiln_model* model, const char* text, int32_t text_len, kiln_token* tokens,
+                               int32_t n_tokens_max, bool add_special, bool parse_special);
+/* The text of one token (special: render control tokens). snprintf semantics; -1 on error. */
+KILN_API int32_t kiln_token_to_piece(const kiln_model* model, kiln_token token, char* buf, int32_t buf_size,
+                                     bool special);
+/* Text of a token sequence. snprintf semantics; -1 on error. */
+KILN_API int32_t kiln_detokenize(const kiln_model* model, const kiln_token* tokens, int32_t n_tokens, char* buf,
+                                 int32_t buf_size, bool remove_special, bool unparse_special);
+KILN_API kiln_token kiln_token_bos(const kiln_model* model);  /* -1 if none */
+KILN_API kiln_token kiln_token_eos(const kiln_model* model);
+KILN_API kiln_token kiln_token_eot(const kiln_model* model);
+KILN_API bool kiln_token_is_eog(const kiln_model* model, kiln_token token);  /* ends generation */
+KILN_API bool kiln_add_bos(const kiln_model* model);
+
+/* Streaming detokenizer: text comes out only as whole UTF-8 characters. */
+typedef struct kiln_stream_decoder kiln_stream_decoder;
+KILN_API kiln_stream_decoder* kiln_stream_decoder_new(const kiln_model* model, bool special);
+/* Text that became printable with this token; snprintf semantics (call again with a larger buffer:
+ * the text is kept until it was copied whole). */
+KILN_API int32_t kiln_stream_decoder_push(kiln_stream_decoder* dec, kiln_token token, char* buf, int32_t buf_size);
+KILN_API int32_t kiln_stream_decoder_flush(kiln_stream_decoder* dec, char* buf, int32_t buf_size);
+KILN_API void kiln_stream_decoder_free(kiln_stream_decoder* dec);
+
+/* ---- Chat templates ---- */
+
+typedef struct kiln_chat_message {
+    const char* role;
+    const char* content;
+} kiln_chat_message;
+
+/* Renders messages with tmpl (Jinja source; NULL: the model's template, or a built-in one for its
+ * architecture). Returns the length (snprintf semantics) or -1 on error. */
+KILN_API int32_t kiln_chat_apply_template(const kiln_model* model, const char* tmpl, const kiln_chat_message* msgs,
+                                          size_t n_msg, bool add_generation_prompt, char* buf, int32_t buf_size);
+/* As above with messages as a JSON array (tool calls, content parts...) and extra template
+ * variables as a JSON object (e.g. {"tools": [...]}, may be NULL). */
+KILN_API int32_t kiln_chat_apply_template_json(const kiln_model* model, const char* tmpl, const char* messages_json,
+                                               const char* extra_json, bool add_generation_prompt, char* buf,
+                                               int32_t buf_size);
+
+/* ---- Sampling ---- */
+
+struct kiln_sampler_params {
+    float temp;            /* <= 0: greedy */
+    int32_t top_k;         /* <= 0: off */
+    float top_p;           /* 1: off */
+    float min_p;           /* 0: off */
+    float typical_p;       /* 1: off */
+    int32_t penalty_last_n;   /* tokens the penalties look back over; 0 off, -1 the context */
+    float penalty_repeat;     /* 1: off */
+    float penalty_freq;       /* 0: off */
+    float penalty_present;    /* 0: off */
+    uint32_t seed;            /* 0xFFFFFFFF: random */
+    int32_t min_keep;
+};
+typedef struct kiln_sampler kiln_sampler;
+KILN_API struct kiln_sampler_params kiln_sampler_default_params(void);
+/* n_ctx: the context size, for penalty_last_n = -1. NULL on bad parameters. */
+KILN_API kiln_sampler* kiln_sampler_new(struct kiln_sampler_params params, int32_t n_ctx);
+KILN_API void kiln_sampler_free(kiln_sampler* smpl);
+/* Samples from the logits of token idx of the last batch (adds the time to the context's counters).
+ * Does not accept the token. -1 on error. */
+KILN_API kiln_token kiln_sampler_sample(kiln_sampler* smpl, kiln_context* ctx, int32_t idx);
+/* Records a token (prompt or generated) for the penalties. */
+KILN_API void kiln_sampler_accept(kiln_sampler* smpl, kiln_token token);
+KILN_API void kiln_sampler_reset(kiln_sampler* smpl);
+KILN_API uint32_t kiln_sampler_seed(const kiln_sampler* smpl);
+
 #ifdef __cplusplus
 }
 #endif

@@ -421,6 +421,8 @@ TEST(GgufValue, Rendering) {
     EXPECT_EQ(Value::f32(0.1f).to_string(), "0.1");
     EXPECT_EQ(Value::f32(1.0f).to_string(), "1.0");
     EXPECT_EQ(Value::f64(1e-5).to_string(), "1e-05");
+    EXPECT_EQ(Value::f32(std::numeric_limits<float>::quiet_NaN()).to_string(), "NaN");
+    EXPECT_EQ(Value::f64(-std::numeric_limits<double>::infinity()).to_string(), "-Infinity");
     EXPECT_EQ(Value::boolean(false).to_string(), "false");
     EXPECT_EQ(Value::str("a\"b\\c\n\x01").to_string(), "\"a\\\"b\\\\c\\n\\u0001\"");
     EXPECT_EQ(Value::str("\xe4\xb8\xad").to_string(), "\"\xe4\xb8\xad\"");

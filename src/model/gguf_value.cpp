@@ -40,13 +40,15 @@ bool is_signed_type(ValueType t) {
 
 // Shortest text that reads back to the same number: FLOAT32 values are
 // printed as float so 0.1f shows as "0.1", not "0.10000000149011612".
+// Non-finite values use the spellings Python's json module (and float())
+// accept, so rendered arrays stay machine-readable.
 void append_float(std::string& out, double x, bool is_f32) {
     if (std::isnan(x)) {
-        out += "nan";
+        out += "NaN";
         return;
     }
     if (std::isinf(x)) {
-        out += x < 0 ? "-inf" : "inf";
+        out += x < 0 ? "-Infinity" : "Infinity";
         return;
     }
     char buf[64];

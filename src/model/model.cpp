@@ -72,6 +72,13 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelParams& p
     m->hp_.arch = *arch_name;
     read_common_hparams(m->file_, m->hp_);
     m->arch_->load_hparams(m->file_, m->hp_);
+    if (m->file_.find("tokenizer.ggml.model")) {
+        m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(m->file_));
+        if (m->tokenizer_->n_vocab() != m->hp_.n_vocab) {
+            throw std::runtime_error(path + ": the tokenizer has " + std::to_string(m->tokenizer_->n_vocab()) +
+                                     " tokens but the model " + std::to_string(m->hp_.n_vocab));
+        }
+    }
     FileWeightLoader wl(m->file_, m->tensors_);
     m->arch_->load_weights(wl, m->hp_, m->w_);
 
@@ -100,6 +107,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelParams& p
     m->weights_bytes_ = total;
     m->load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return m;
+}
+
+const Tokenizer& Model::tokenizer() const {
+    if (!tokenizer_) throw std::runtime_error(path() + ": the model has no tokenizer (no tokenizer.ggml.model key)");
+    return *tokenizer_;
 }
 
 std::string Model::description() const {

@@ -11,6 +11,7 @@
 #include "model/arch.h"
 #include "model/gguf.h"
 #include "model/hparams.h"
+#include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
 
 namespace kiln {
@@ -34,6 +35,9 @@ public:
     const HParams& hparams() const { return hp_; }
     const Architecture& arch() const { return *arch_; }
     const ModelWeights& weights() const { return w_; }
+    // The tokenizer from tokenizer.ggml.*; throws if the file has none.
+    const Tokenizer& tokenizer() const;
+    bool has_tokenizer() const { return tokenizer_ != nullptr; }
     size_t weights_bytes() const { return weights_bytes_; }
     int64_t n_params() const { return n_params_; }
     double load_ms() const { return load_ms_; }
@@ -46,6 +50,7 @@ private:
     HParams hp_;
     const Architecture* arch_ = nullptr;
     ModelWeights w_;
+    std::unique_ptr<Tokenizer> tokenizer_;
     std::deque<Tensor> tensors_;  // weight tensors (stable addresses)
     size_t weights_bytes_ = 0;
     int64_t n_params_ = 0;

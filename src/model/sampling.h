@@ -51,7 +51,8 @@ struct TokenData {
 };
 
 // The candidate list the samplers of a chain edit in turn. Its buffer is kept
-// by the chain and reused from call to call, so sampling does not allocate.
+// by the chain and reused from call to call, so after the first call
+// sampling does not allocate.
 class Candidates {
 public:
     std::vector<TokenData> data;
@@ -96,7 +97,7 @@ public:
     // Edits the candidates (and, for a selecting sampler, sets `selected`).
     virtual void apply(Candidates& cands) = 0;
     // Records a token that became part of the sequence (prompt or generated).
-    virtual void accept(int32_t token) {}
+    virtual void accept(int32_t /*token*/) {}
     // Forgets the sequence (history, RNG state back to the seed).
     virtual void reset() {}
 };

@@ -80,7 +80,8 @@ std::vector<TensorSpec> tensor_specs(const ArchInfo& a, const Shape& s, int64_t 
     // Uniform(-r, r) has std r / sqrt(3): r = sqrt(3 / fan_in) keeps activations at unit scale.
     auto mat = [](int64_t fan_in) { return static_cast<float>(std::sqrt(3.0 / static_cast<double>(fan_in))); };
     std::vector<TensorSpec> t;
-    t.push_back({"token_embd.weight", {s.n_embd, n_vocab}, 1.0f, 0.0f});
+    // Tied embeddings double as the output projection: scale them like one so logits stay O(1).
+    t.push_back({"token_embd.weight", {s.n_embd, n_vocab}, a.tied_output ? mat(s.n_embd) : 1.0f, 0.0f});
     for (int i = 0; i < s.n_layer; ++i) {
         const std::string p = "blk." + std::to_string(i) + ".";
         t.push_back({p + "attn_norm.weight", {s.n_embd}, 0.1f, 1.0f});

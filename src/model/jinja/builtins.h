@@ -2,6 +2,7 @@
 // tests, methods, globals, string formatting and JSON serialisation.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -12,6 +13,41 @@
 #include "model/jinja/value.h"
 
 namespace kiln::jinja {
+
+// ---- checked 64-bit integer arithmetic (true on overflow) ----
+inline bool checked_add(std::int64_t a, std::int64_t b, std::int64_t* r) {
+#if defined(__GNUC__) || defined(__clang__)
+  return __builtin_add_overflow(a, b, r);
+#else
+  if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b)) return true;
+  *r = a + b;
+  return false;
+#endif
+}
+inline bool checked_sub(std::int64_t a, std::int64_t b, std::int64_t* r) {
+#if defined(__GNUC__) || defined(__clang__)
+  return __builtin_sub_overflow(a, b, r);
+#else
+  if ((b < 0 && a > INT64_MAX + b) || (b > 0 && a < INT64_MIN + b)) return true;
+  *r = a - b;
+  return false;
+#endif
+}
+inline bool checked_mul(std::int64_t a, std::int64_t b, std::int64_t* r) {
+#if defined(__GNUC__) || defined(__clang__)
+  return __builtin_mul_overflow(a, b, r);
+#else
+  if (a == 0 || b == 0) {
+    *r = 0;
+    return false;
+  }
+  if ((a == -1 && b == INT64_MIN) || (b == -1 && a == INT64_MIN)) return true;
+  bool over = a > 0 ? (b > 0 ? a > INT64_MAX / b : b < INT64_MIN / a) : (b > 0 ? a < INT64_MIN / b : a < INT64_MAX / b);
+  if (over) return true;
+  *r = a * b;
+  return false;
+#endif
+}
 
 // ---- operators (ops.cpp) ----
 Value py_add(const Value& a, const Value& b);

@@ -386,7 +386,7 @@ Value parse_int_base(const std::string& text, std::int64_t base, bool& ok) {
       return Value();
     }
     if (d >= base) return Value();
-    if (__builtin_mul_overflow(r, base, &r) || __builtin_add_overflow(r, d, &r)) return Value();
+    if (checked_mul(r, base, &r) || checked_add(r, d, &r)) return Value();
   }
   ok = true;
   return Value(neg ? -r : r);

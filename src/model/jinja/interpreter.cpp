@@ -8,6 +8,9 @@ namespace kiln::jinja {
 namespace {
 
 constexpr int kMaxDepth = 500;  // nested macro calls / recursive loops
+// Stack the evaluator may use below render() before recursion is refused; keeps
+// deep macro recursion an error instead of a crash on threads with small stacks.
+constexpr std::uintptr_t kStackBudget = 256 * 1024;
 
 // A macro or call-block caller, closed over the frame it was defined in.
 class MacroCallable : public Callable {
@@ -126,7 +129,19 @@ Interpreter::Interpreter(const EnvironmentOptions& options, std::unordered_map<s
   root_->vars = std::move(variables);
 }
 
+void Interpreter::enter_call() {
+  char marker;
+  auto here = reinterpret_cast<std::uintptr_t>(&marker);
+  std::uintptr_t used = here > stack_base_ ? here - stack_base_ : stack_base_ - here;
+  if (++depth_ > kMaxDepth || used > kStackBudget) {
+    --depth_;
+    throw Error(Error::Kind::Runtime, "maximum recursion depth exceeded");
+  }
+}
+
 std::string Interpreter::render(const Body& body) {
+  char marker;
+  stack_base_ = reinterpret_cast<std::uintptr_t>(&marker);
   std::string out;
   try {
     exec_body(body, root_, out);
@@ -228,10 +243,7 @@ void Interpreter::exec_for(const ForStmt& stmt, const std::shared_ptr<Frame>& fr
 
 std::string Interpreter::run_loop(const ForStmt& stmt, const std::shared_ptr<Frame>& frame, const Value& iterable,
                                   int depth) {
-  if (++depth_ > kMaxDepth) {
-    --depth_;
-    throw Error(Error::Kind::Runtime, "maximum recursion depth exceeded");
-  }
+  enter_call();
   std::string out;
   try {
     loop_items(stmt, frame, iterable, depth, out);
@@ -576,10 +588,7 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
 
 Value Interpreter::call(const Value& fn, CallArgs& args) {
   if (Callable* c = fn.callable_ptr()) {
-    if (++depth_ > kMaxDepth) {
-      --depth_;
-      throw Error(Error::Kind::Runtime, "maximum recursion depth exceeded");
-    }
+    enter_call();
     try {
       Value r = c->call(*this, args);
       --depth_;

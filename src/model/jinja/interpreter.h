@@ -3,6 +3,7 @@
 // if-blocks do not), its Undefined semantics and its sandboxed attribute lookup.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -78,7 +79,10 @@ class Interpreter {
   EnvironmentOptions options_;
   std::shared_ptr<Frame> root_;
   int line_ = 0;
-  int depth_ = 0;  // recursion guard
+  void enter_call();  // recursion guard; throws when too deep
+
+  int depth_ = 0;
+  std::uintptr_t stack_base_ = 0;
 };
 
 }  // namespace kiln::jinja

@@ -82,7 +82,7 @@ Value py_add(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return Value(a.as_double() + b.as_double());
     std::int64_t r;
-    if (__builtin_add_overflow(a.as_int(), b.as_int(), &r)) overflow();
+    if (checked_add(a.as_int(), b.as_int(), &r)) overflow();
     return Value(r);
   }
   if (a.is_string() && b.is_string()) {
@@ -107,7 +107,7 @@ Value py_sub(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return Value(a.as_double() - b.as_double());
     std::int64_t r;
-    if (__builtin_sub_overflow(a.as_int(), b.as_int(), &r)) overflow();
+    if (checked_sub(a.as_int(), b.as_int(), &r)) overflow();
     return Value(r);
   }
   unsupported_operands("-", a, b);
@@ -118,7 +118,7 @@ Value py_mul(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return Value(a.as_double() * b.as_double());
     std::int64_t r;
-    if (__builtin_mul_overflow(a.as_int(), b.as_int(), &r)) overflow();
+    if (checked_mul(a.as_int(), b.as_int(), &r)) overflow();
     return Value(r);
   }
   if ((a.is_string() || a.is_sequence()) && b.is_integral()) return repeat(a, b.as_int());
@@ -190,10 +190,10 @@ Value py_pow(const Value& a, const Value& b) {
     std::int64_t base = a.as_int(), e = b.as_int(), r = 1;
     while (e > 0) {
       if (e & 1) {
-        if (__builtin_mul_overflow(r, base, &r)) overflow();
+        if (checked_mul(r, base, &r)) overflow();
       }
       e >>= 1;
-      if (e > 0 && __builtin_mul_overflow(base, base, &base)) overflow();
+      if (e > 0 && checked_mul(base, base, &base)) overflow();
     }
     return Value(r);
   }
@@ -312,7 +312,7 @@ std::int64_t py_to_int(const Value& v) {
     for (; i < t.size(); ++i) {
       if (t[i] < '0' || t[i] > '9')
         throw Error(Error::Kind::Type, "invalid literal for int() with base 10: " + py_repr(v));
-      if (__builtin_mul_overflow(r, 10, &r) || __builtin_add_overflow(r, t[i] - '0', &r)) overflow();
+      if (checked_mul(r, 10, &r) || checked_add(r, t[i] - '0', &r)) overflow();
     }
     return neg ? -r : r;
   }

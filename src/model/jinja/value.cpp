@@ -113,7 +113,7 @@ Value Value::object(std::shared_ptr<Object> o) {
   return v;
 }
 
-Value Value::iterator(IterState::Flavor flavor, std::vector<Value> items, std::string type_name, std::string origin) {
+Value Value::iterator(IterFlavor flavor, std::vector<Value> items, std::string type_name, std::string origin) {
   Value v(Kind::Iterator);
   v.iter_ = std::make_shared<IterState>();
   v.iter_->flavor = flavor;

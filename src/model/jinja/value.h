@@ -63,36 +63,13 @@ enum class Kind : std::uint8_t {
   Iterator,  // a Python generator / iterator (single pass) or dict view
 };
 
-// Iterators that filters like map/select return (Python generators), reverse
-// iterators, and dict views (keys()/values()/items(), which can be re-iterated).
-struct IterState {
-  enum class Flavor { Generator, ReverseIterator, DictKeys, DictValues, DictItems };
-  Flavor flavor = Flavor::Generator;
-  std::string type_name;  // Python type name: generator, list_reverseiterator, dict_items...
-  std::string origin;     // generator function name for repr (sync_do_map, ...)
-  std::vector<Value> items;
-  std::size_t pos = 0;
-  bool is_view() const { return flavor == Flavor::DictKeys || flavor == Flavor::DictValues || flavor == Flavor::DictItems; }
-};
+// Kinds of Iterator values (see IterState).
+enum class IterFlavor { Generator, ReverseIterator, DictKeys, DictValues, DictItems };
+struct IterState;
 
 using ValueList = std::vector<Value>;
 
-// Insertion-ordered dictionary keyed by hashable values (like a Python dict).
-class Dict {
- public:
-  std::size_t size() const { return entries_.size(); }
-  bool empty() const { return entries_.empty(); }
-  const Value* find(const Value& key) const;
-  Value* find(const Value& key);
-  void set(const Value& key, Value value);
-  bool erase(const Value& key);
-  void clear();
-  const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
-
- private:
-  std::vector<std::pair<Value, Value>> entries_;
-  std::unordered_map<std::string, std::size_t> index_;
-};
+class Dict;
 
 // A callable value: macro, builtin function, bound method, caller...
 class Callable {
@@ -133,10 +110,9 @@ class Value {
   static Value namespace_(std::shared_ptr<Dict> d);
   static Value callable(std::shared_ptr<Callable> c);
   static Value object(std::shared_ptr<Object> o);
-  static Value iterator(IterState::Flavor flavor, std::vector<Value> items, std::string type_name,
-                        std::string origin = {});
+  static Value iterator(IterFlavor flavor, std::vector<Value> items, std::string type_name, std::string origin = {});
   static Value generator(std::vector<Value> items, std::string origin) {
-    return iterator(IterState::Flavor::Generator, std::move(items), "generator", std::move(origin));
+    return iterator(IterFlavor::Generator, std::move(items), "generator", std::move(origin));
   }
   // The (grouper, list) named tuples of the groupby filter.
   static Value group_tuple(Value grouper, Value list);
@@ -198,6 +174,35 @@ class Value {
   std::shared_ptr<Callable> callable_;
   std::shared_ptr<Object> object_;
   std::shared_ptr<IterState> iter_;
+};
+
+// Insertion-ordered dictionary keyed by hashable values (like a Python dict).
+class Dict {
+ public:
+  std::size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+  const Value* find(const Value& key) const;
+  Value* find(const Value& key);
+  void set(const Value& key, Value value);
+  bool erase(const Value& key);
+  void clear();
+  const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
+
+ private:
+  std::vector<std::pair<Value, Value>> entries_;
+  std::unordered_map<std::string, std::size_t> index_;
+};
+
+// Iterators that filters like map/select return (Python generators), reverse
+// iterators, and dict views (keys()/values()/items(), which can be re-iterated).
+struct IterState {
+  using Flavor = IterFlavor;
+  Flavor flavor = Flavor::Generator;
+  std::string type_name;  // Python type name: generator, list_reverseiterator, dict_items...
+  std::string origin;     // generator function name for repr (sync_do_map, ...)
+  std::vector<Value> items;
+  std::size_t pos = 0;
+  bool is_view() const { return flavor == Flavor::DictKeys || flavor == Flavor::DictValues || flavor == Flavor::DictItems; }
 };
 
 // Arguments of a call: positional then keyword, in source order.

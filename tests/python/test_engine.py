@@ -1,0 +1,190 @@
+"""The engine against the independent float64 numpy reference (tests/python/reference_model.py).
+
+For synthetic llama / qwen2 / gemma3 models and the real Gemma 3 270M: at every position of
+several prompts, mean KL(reference || kiln) < 2e-3 and the same top-1 token wherever the
+reference's top-2 margin exceeds 0.1. Reports max |logit error|, mean KLD and top-1 agreement.
+"""
+import numpy as np
+import pytest
+
+from kiln import Context, Model
+from kiln.engine import ContextFullError
+from kiln._lib import KilnError
+from reference_model import ReferenceModel
+
+KL_BOUND = 2e-3
+
+
+def log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def compare(ref_logits, kiln_logits, label):
+    pr, pk = log_softmax(ref_logits), log_softmax(kiln_logits.astype(np.float64))
+    kl = (np.exp(pr) * (pr - pk)).sum(-1)
+    top2 = np.sort(ref_logits, -1)[:, -2:]
+    confident = (top2[:, 1] - top2[:, 0]) > 0.1
+    agree = ref_logits.argmax(-1) == kiln_logits.argmax(-1)
+    print(f"{label}: max |dlogit| {np.abs(ref_logits - kiln_logits).max():.4g}, mean KLD {kl.mean():.3g}, "
+          f"max KLD {kl.max():.3g}, top-1 agreement {agree.mean() * 100:.1f}% "
+          f"({int(agree[confident].sum())}/{int(confident.sum())} where margin > 0.1)")
+    return kl.mean(), bool(agree[confident].all())
+
+
+def kiln_all_logits(model, tokens, precision, **ctx_args):
+    ctx = Context(model, n_ctx=max(64, len(tokens) + 16), precision=precision, **ctx_args)
+    ctx.decode(tokens, logits=[True] * len(tokens))
+    return np.stack([ctx.logits(i) for i in range(len(tokens))])
+
+
+PROMPTS = [
+    [1, 450, 7483, 310, 3444, 338],
+    [1, 306, 763, 2381, 29892, 322, 263, 1243, 29889, 13, 1576, 3734, 338, 1048, 29871, 29906, 29900, 29906, 29946],
+    [1] + list(range(1000, 1040, 3)),
+]
+
+
+@pytest.mark.parametrize("name", ["llama-f16", "llama-q4_K", "qwen2-q8_0", "gemma3-q4_0"])
+def test_synthetic_models_match_reference(synth_models, name):
+    path = synth_models[name]
+    ref = ReferenceModel(path)
+    model = Model(path)
+    for i, prompt in enumerate(PROMPTS):
+        r = ref.logits(prompt)
+        for precision in ("precise", "fast"):
+            for cache in ("f32", "f16"):
+                k = kiln_all_logits(model, prompt, precision, type_k=cache, type_v=cache)
+                kl, top1 = compare(r, k, f"{name} prompt {i} {precision} kv {cache}")
+                assert kl < KL_BOUND and top1
+
+
+@pytest.fixture(scope="module")
+def gemma_ref(gemma_path):
+    return ReferenceModel(gemma_path)
+
+
+def gemma_prompts(ref):
+    return [
+        ref.piece_ids(["<bos>", "The", "▁capital", "▁of", "▁France", "▁is"]),
+        ref.piece_ids(["<bos>", "Once", "▁upon", "▁a", "▁time", ",", "▁there", "▁was", "▁a", "▁little"]),
+        ref.piece_ids(["<bos>", "def", "▁fibonacci", "(", "n", "):", "\n", "▁▁▁", "▁if", "▁n"]),
+    ]
+
+
+def test_gemma3_matches_reference(gemma_path, gemma_ref):
+    model = Model(gemma_path)
+    for i, prompt in enumerate(gemma_prompts(gemma_ref)):
+        r = gemma_ref.logits(prompt)
+        k = kiln_all_logits(model, prompt, "precise")
+        kl, top1 = compare(r, k, f"gemma3 prompt {i} precise")
+        assert kl < KL_BOUND and top1
+        k = kiln_all_logits(model, prompt, "fast")
+        kl_fast, _ = compare(r, k, f"gemma3 prompt {i} fast (8-bit activations, as llama.cpp)")
+        assert kl_fast < 2e-2  # reported; the 8-bit path loses precision on Gemma's activation outliers
+
+
+def greedy(model, prompt, n, **ctx_args):
+    ctx = Context(model, n_ctx=128, **ctx_args)
+    ctx.decode(prompt)
+    out = []
+    for _ in range(n):
+        t = int(np.argmax(ctx.logits(-1)))
+        out.append(t)
+        ctx.decode([t])
+    return out
+
+
+def test_gemma3_greedy_matches_reference_and_names_paris(gemma_path, gemma_ref):
+    model = Model(gemma_path)
+    for prompt in gemma_prompts(gemma_ref)[:2]:
+        ours = greedy(model, prompt, 16)
+        theirs = gemma_ref.greedy(prompt, 16)
+        print("kiln:", repr(gemma_ref.detokenize(ours)))
+        assert ours == theirs
+    paris = greedy(model, gemma_prompts(gemma_ref)[0], 8)
+    assert "Paris" in gemma_ref.detokenize(paris)
+
+
+def test_batched_sequences_equal_single(synth_models):
+    """A prompt decoded alone and inside a batch with other sequences gives the same greedy tokens."""
+    model = Model(synth_models["qwen2-q8_0"])
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[2][:7]]
+    alone = [greedy(model, p, 8) for p in prompts]
+    ctx = Context(model, n_ctx=256, n_seq_max=3)
+    toks, pos, seqs, want = [], [], [], []
+    for s, p in enumerate(prompts):
+        for i, t in enumerate(p):
+            toks.append(t); pos.append(i); seqs.append([s]); want.append(i == len(p) - 1)
+    ctx.decode(toks, pos=pos, seq_ids=seqs, logits=want)
+    last = {s: sum(len(p) for p in prompts[: s + 1]) - 1 for s in range(3)}
+    nxt = {s: int(np.argmax(ctx.logits(last[s]))) for s in range(3)}
+    outs = {s: [nxt[s]] for s in range(3)}
+    for step in range(7):
+        toks = [outs[s][-1] for s in range(3)]
+        ctx.decode(toks, pos=[len(prompts[s]) + step for s in range(3)], seq_ids=[[s] for s in range(3)],
+                   logits=[True] * 3)
+        for s in range(3):
+            outs[s].append(int(np.argmax(ctx.logits(s))))
+    for s in range(3):
+        assert outs[s] == alone[s], f"sequence {s}"
+
+
+def test_kv_cache_operations(synth_models):
+    model = Model(synth_models["llama-f16"])
+    p = PROMPTS[1]
+    ctx = Context(model, n_ctx=128, type_k="f32", type_v="f32", n_seq_max=2, precision="precise")
+    ctx.decode(p)
+    full = ctx.logits(-1)
+    # Remove the tail and decode it again: same logits.
+    ctx.seq_rm(0, 10, -1)
+    assert ctx.pos_max(0) == 9
+    ctx.decode(p[10:], pos=list(range(10, len(p))))
+    assert np.allclose(ctx.logits(-1), full, atol=1e-4)
+    # Copy the sequence and continue the copy: same logits as the original.
+    ctx.seq_cp(0, 1)
+    ctx.decode([p[-1]], pos=[len(p)], seq_ids=[[1]])
+    a = ctx.logits(-1)
+    ctx.decode([p[-1]], pos=[len(p)], seq_ids=[[0]])
+    assert np.allclose(ctx.logits(-1), a, atol=1e-4)
+    # Shifting positions re-rotates K: decoding after a shift equals decoding at the shifted positions.
+    ctx2 = Context(model, n_ctx=128, type_k="f32", type_v="f32", precision="precise")
+    ctx2.decode(p[:8], pos=list(range(5, 13)))
+    ctx2.seq_add(0, 0, -1, -5)
+    ctx2.decode([p[8]], pos=[8])
+    ctx3 = Context(model, n_ctx=128, type_k="f32", type_v="f32", precision="precise")
+    ctx3.decode(p[:9])
+    assert np.allclose(ctx2.logits(-1), ctx3.logits(-1), atol=1e-3)
+
+
+def test_sliding_window_beyond_the_window(synth_models):
+    """gemma3 with a window of 8: generation far past the window (cells reused as a ring) matches
+    the reference, which masks by distance."""
+    path = synth_models["gemma3-q4_0"]
+    ref = ReferenceModel(path)
+    model = Model(path)
+    prompt = PROMPTS[1] + PROMPTS[2]  # 34 tokens, > 4 windows
+    ctx = Context(model, n_ctx=64, n_ubatch=8, precision="precise")
+    ctx.decode(prompt, logits=[True] * len(prompt))
+    k = np.stack([ctx.logits(i) for i in range(len(prompt))])
+    kl, top1 = compare(ref.logits(prompt), k, "gemma3 synthetic, 34 tokens, window 8, ubatch 8")
+    assert kl < KL_BOUND and top1
+
+
+def test_bad_input_is_an_error(synth_models, tmp_path):
+    model = Model(synth_models["llama-f16"])
+    ctx = Context(model, n_ctx=32, n_batch=64)
+    with pytest.raises(ContextFullError):
+        ctx.decode(list(range(1, 41)))  # longer than the context
+    with pytest.raises(KilnError, match="outside the vocabulary"):
+        ctx.decode([10 ** 6])
+    with pytest.raises(KilnError, match="n_batch"):
+        Context(model, n_ctx=256, n_batch=8).decode(list(range(1, 20)))
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file at all")
+    with pytest.raises(KilnError, match="bad.gguf"):
+        Model(str(bad))
+    data = open(synth_models["llama-f16"], "rb").read()
+    (tmp_path / "trunc.gguf").write_bytes(data[: len(data) // 2])
+    with pytest.raises(KilnError, match="trunc.gguf"):
+        Model(str(tmp_path / "trunc.gguf"))

@@ -1,0 +1,968 @@
+// Every graph op of the CPU backend, computed through Graph + Scheduler +
+// CpuBackend and compared against naive double-precision references written
+// here: odd row lengths, non-contiguous views as inputs, broadcast shapes,
+// 1/2/3 threads; mul_mat for every weight type in both precision modes and on
+// every instruction set this machine runs.
+//
+// Tolerances (each documented where it is set) follow from what the op does in
+// float32: element-wise ops whose result is one correctly rounded float
+// operation (add, mul, scale) must match exactly; ops with transcendental
+// functions or sums allow a few float32 ulps; mul_mat allows what quantizing
+// the activations to the weight type's vec_dot format loses.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/scheduler.h"
+#include "core/graph.h"
+#include "core/quant.h"
+#include "core/types.h"
+
+namespace {
+
+using kiln::AttentionParams;
+using kiln::Graph;
+using kiln::MatmulPrecision;
+using kiln::Op;
+using kiln::RopeMode;
+using kiln::Scheduler;
+using kiln::Tensor;
+using kiln::Type;
+using kiln::cpu::CpuBackend;
+using kiln::cpu::CpuBackendOptions;
+using kiln::cpu::Isa;
+using Shape = std::array<int64_t, 4>;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+const int kThreads[] = {1, 2, 3};
+
+int64_t numel(const Shape& ne) { return ne[0] * ne[1] * ne[2] * ne[3]; }
+int64_t lin(const Shape& ne, int64_t i0, int64_t i1, int64_t i2 = 0, int64_t i3 = 0) {
+    return i0 + ne[0] * (i1 + ne[1] * (i2 + ne[2] * i3));
+}
+std::string shape_str(const Shape& ne) {
+    return "[" + std::to_string(ne[0]) + "," + std::to_string(ne[1]) + "," + std::to_string(ne[2]) + "," +
+           std::to_string(ne[3]) + "]";
+}
+
+std::vector<float> randn(std::mt19937& rng, int64_t n, float sigma = 1.0f) {
+    std::normal_distribution<float> d(0.0f, sigma);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+// How an F32 input is stored: the op sees the same logical values either way.
+enum class Layout {
+    Contiguous,
+    Padded,    // rows of ne0 + 3 floats, the view starting one float in (nb[1] > row size)
+    Permuted,  // stored with dims 1 and 2 swapped (nb[2] < nb[1]), as a head-major q/k would be
+};
+const char* layout_name(Layout l) {
+    switch (l) {
+        case Layout::Contiguous: return "contiguous";
+        case Layout::Padded: return "padded";
+        case Layout::Permuted: return "permuted";
+    }
+    return "?";
+}
+const Layout kLayouts[] = {Layout::Contiguous, Layout::Padded, Layout::Permuted};
+
+// Sets (or with nullopt unsets) KILN_CPU for the scope, restoring the old value.
+class ScopedIsa {
+public:
+    explicit ScopedIsa(std::optional<std::string> value) {
+        if (const char* old = std::getenv("KILN_CPU")) old_ = std::string(old);
+        set(value);
+    }
+    ~ScopedIsa() { set(old_); }
+    ScopedIsa(const ScopedIsa&) = delete;
+    ScopedIsa& operator=(const ScopedIsa&) = delete;
+
+private:
+    static void set(const std::optional<std::string>& v) {
+#if defined(_WIN32)
+        _putenv_s("KILN_CPU", v ? v->c_str() : "");
+#else
+        if (v) {
+            setenv("KILN_CPU", v->c_str(), 1);
+        } else {
+            unsetenv("KILN_CPU");
+        }
+#endif
+    }
+    std::optional<std::string> old_;
+};
+
+// The instruction sets to run mul_mat on: every supported one if KILN_CPU can
+// switch them in-process (selected_isa() reads it on each call), else only the
+// one selected for this process.
+std::vector<Isa> isas_to_test() {
+    std::vector<Isa> out;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
+        if (!kiln::cpu::isa_supported(isa)) continue;
+        ScopedIsa env(std::string(kiln::cpu::isa_name(isa)));
+        if (kiln::cpu::selected_isa() == isa) out.push_back(isa);
+    }
+    if (out.empty()) out.push_back(kiln::cpu::selected_isa());
+    return out;
+}
+
+// One graph on one CPU backend: leaves hold data owned here; inputs are filled
+// after allocation; every computed node is poisoned with NaN before compute so
+// that rows an op fails to write cannot pass by holding stale results.
+class Harness {
+public:
+    explicit Harness(int n_threads, MatmulPrecision p = MatmulPrecision::Fast)
+        : backend_(CpuBackendOptions{n_threads, p}), sched_({&backend_}, nullptr) {}
+
+    Graph g;
+
+    void* hold(size_t bytes) {
+        store_.emplace_back(bytes + 64, uint8_t{0});
+        return store_.back().data();
+    }
+
+    // F32 leaf with logical values v (ne0 fastest), stored per layout.
+    Tensor* f32(Shape ne, const std::vector<float>& v, Layout layout = Layout::Contiguous, std::string name = "x") {
+        EXPECT_EQ(static_cast<int64_t>(v.size()), numel(ne));
+        if (layout == Layout::Contiguous) {
+            auto* d = static_cast<float*>(hold(v.size() * sizeof(float)));
+            std::copy(v.begin(), v.end(), d);
+            return g.leaf(Type::F32, ne, std::move(name), d);
+        }
+        if (layout == Layout::Padded) {
+            const int64_t row = ne[0] + 3;
+            const Shape sne{row, ne[1], ne[2], ne[3]};
+            auto* d = static_cast<float*>(hold(static_cast<size_t>(numel(sne)) * sizeof(float)));
+            std::fill(d, d + numel(sne), std::numeric_limits<float>::quiet_NaN());
+            for (int64_t i3 = 0; i3 < ne[3]; ++i3)
+                for (int64_t i2 = 0; i2 < ne[2]; ++i2)
+                    for (int64_t i1 = 0; i1 < ne[1]; ++i1)
+                        for (int64_t i0 = 0; i0 < ne[0]; ++i0) d[lin(sne, i0 + 1, i1, i2, i3)] = v[lin(ne, i0, i1, i2, i3)];
+            Tensor* s = g.leaf(Type::F32, sne, name + "_storage", d);
+            const size_t rb = static_cast<size_t>(row) * sizeof(float);
+            return g.view(s, ne, {sizeof(float), rb, rb * ne[1], rb * ne[1] * ne[2]}, sizeof(float), name);
+        }
+        // Permuted: storage [ne0, ne2, ne1, ne3].
+        const Shape sne{ne[0], ne[2], ne[1], ne[3]};
+        auto* d = static_cast<float*>(hold(v.size() * sizeof(float)));
+        for (int64_t i3 = 0; i3 < ne[3]; ++i3)
+            for (int64_t i2 = 0; i2 < ne[2]; ++i2)
+                for (int64_t i1 = 0; i1 < ne[1]; ++i1)
+                    for (int64_t i0 = 0; i0 < ne[0]; ++i0) d[lin(sne, i0, i2, i1, i3)] = v[lin(ne, i0, i1, i2, i3)];
+        Tensor* s = g.leaf(Type::F32, sne, name + "_storage", d);
+        const size_t rb = static_cast<size_t>(ne[0]) * sizeof(float);
+        return g.view(s, ne, {sizeof(float), rb * ne[2], rb, rb * ne[1] * ne[2]}, 0, name);
+    }
+
+    // 2-D leaf of any reference type: rows of v quantized with kiln::quantize.
+    // row_stride > 1 stores the rows that far apart and returns a strided view.
+    Tensor* typed(Type t, int64_t ne0, int64_t rows, const std::vector<float>& v, int row_stride = 1,
+                  std::string name = "w") {
+        const size_t rb = kiln::row_size(t, ne0);
+        auto* d = static_cast<uint8_t*>(hold(rb * static_cast<size_t>(rows * row_stride)));
+        std::fill(d, d + rb * static_cast<size_t>(rows * row_stride), uint8_t{0x7f});
+        for (int64_t r = 0; r < rows; ++r) {
+            kiln::quantize(t, v.data() + r * ne0, d + static_cast<size_t>(r * row_stride) * rb, 1, ne0);
+        }
+        if (row_stride == 1) return g.leaf(t, {ne0, rows, 1, 1}, std::move(name), d);
+        Tensor* s = g.leaf(t, {ne0, rows * row_stride, 1, 1}, name + "_storage", d);
+        return g.view(s, {ne0, rows, 1, 1}, {kiln::traits(t).type_size, rb * row_stride, rb * row_stride * rows,
+                                             rb * row_stride * rows},
+                      0, name);
+    }
+
+    Tensor* i32(const std::vector<int32_t>& v, std::string name = "ids") {
+        auto* d = static_cast<int32_t*>(hold(v.size() * sizeof(int32_t)));
+        std::copy(v.begin(), v.end(), d);
+        return g.leaf(Type::I32, {static_cast<int64_t>(v.size()), 1, 1, 1}, std::move(name), d);
+    }
+
+    // Graph inputs (memory from the scheduler), filled after allocate().
+    Tensor* input_i32(const std::vector<int32_t>& v, std::string name = "inp_ids") {
+        Tensor* t = g.input(Type::I32, {static_cast<int64_t>(v.size()), 1, 1, 1}, std::move(name));
+        std::vector<uint8_t> bytes(v.size() * sizeof(int32_t));
+        std::memcpy(bytes.data(), v.data(), bytes.size());
+        inputs_.emplace_back(t, std::move(bytes));
+        return t;
+    }
+    Tensor* input_f32(Shape ne, const std::vector<float>& v, std::string name = "inp") {
+        Tensor* t = g.input(Type::F32, ne, std::move(name));
+        std::vector<uint8_t> bytes(v.size() * sizeof(float));
+        std::memcpy(bytes.data(), v.data(), bytes.size());
+        inputs_.emplace_back(t, std::move(bytes));
+        return t;
+    }
+
+    void compute() {
+        sched_.allocate(g);
+        for (Tensor* n : g.nodes()) {
+            if (!kiln::op_aliases_src0(n->op)) std::memset(n->data, 0xff, n->nbytes());  // NaN in every float
+        }
+        for (auto& [t, bytes] : inputs_) std::memcpy(t->data, bytes.data(), bytes.size());
+        sched_.compute(g);
+    }
+
+    CpuBackend& backend() { return backend_; }
+
+private:
+    CpuBackend backend_;
+    Scheduler sched_;
+    std::deque<std::vector<uint8_t>> store_;
+    std::vector<std::pair<Tensor*, std::vector<uint8_t>>> inputs_;
+};
+
+// Logical values of an F32 tensor (any strides).
+std::vector<float> read(const Tensor* t) {
+    EXPECT_EQ(t->type, Type::F32);
+    std::vector<float> out(static_cast<size_t>(t->nelements()));
+    for (int64_t i3 = 0; i3 < t->ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < t->ne[2]; ++i2)
+            for (int64_t i1 = 0; i1 < t->ne[1]; ++i1) {
+                const auto* r = reinterpret_cast<const float*>(t->row(i1, i2, i3));
+                for (int64_t i0 = 0; i0 < t->ne[0]; ++i0) out[static_cast<size_t>(lin(t->ne, i0, i1, i2, i3))] = r[i0];
+            }
+    return out;
+}
+
+// |got - want| <= atol + rtol * |want| everywhere (NaN never passes; equal infinities do).
+::testing::AssertionResult close(const std::vector<float>& got, const std::vector<double>& want, double atol,
+                                 double rtol) {
+    if (got.size() != want.size()) {
+        return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+    }
+    size_t bad = 0;
+    std::ostringstream first;
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double g = got[i], w = want[i];
+        if (g == w) continue;
+        const double err = std::fabs(g - w);
+        const bool ok = std::isfinite(g) && err <= atol + rtol * std::fabs(w);
+        worst = std::max(worst, std::isfinite(err) ? err : INFINITY);
+        if (!ok && bad++ < 5) first << "  [" << i << "] got " << g << " want " << w << "\n";
+    }
+    if (bad) {
+        return ::testing::AssertionFailure() << bad << " of " << got.size() << " values off (atol " << atol
+                                             << ", rtol " << rtol << ", worst abs err " << worst << "):\n"
+                                             << first.str();
+    }
+    return ::testing::AssertionSuccess();
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+std::vector<float> dequant_rows(Type t, const std::vector<float>& v, int64_t ne0) {
+    const int64_t rows = static_cast<int64_t>(v.size()) / ne0;
+    std::vector<uint8_t> q(kiln::row_size(t, ne0) * static_cast<size_t>(rows));
+    kiln::quantize(t, v.data(), q.data(), rows, ne0);
+    std::vector<float> out(v.size());
+    for (int64_t r = 0; r < rows; ++r) {
+        kiln::dequantize_row(t, q.data() + static_cast<size_t>(r) * kiln::row_size(t, ne0), out.data() + r * ne0, ne0);
+    }
+    return out;
+}
+
+// Row lengths a type allows: odd ones for the float types, odd block counts otherwise.
+std::vector<int64_t> lengths(Type t) {
+    const int64_t bs = kiln::traits(t).block_size;
+    if (bs == 1) return {1, 7, 33, 257};
+    if (bs == 32) return {32, 7 * 32};
+    return {256, 3 * 256};
+}
+
+const Type kAllRefTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1,
+                             Type::Q8_0, Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::IQ4_NL};
+
+class CpuOps : public ::testing::TestWithParam<int> {};  // param: threads
+
+// ---- get_rows -------------------------------------------------------------------------
+
+TEST_P(CpuOps, GetRows) {
+    const int nth = GetParam();
+    std::mt19937 rng(1);
+    for (Type t : kAllRefTypes) {
+        for (int64_t ne0 : lengths(t)) {
+            for (int stride : {1, 2}) {
+                for (bool as_input : {false, true}) {
+                    SCOPED_TRACE(std::string(kiln::type_name(t)) + " ne0=" + std::to_string(ne0) +
+                                 " stride=" + std::to_string(stride) + (as_input ? " ids=input" : " ids=leaf"));
+                    const int64_t rows = 11;
+                    const auto v = randn(rng, ne0 * rows);
+                    const std::vector<int32_t> ids = {3, 0, 10, 3, 7, 1};
+                    Harness h(nth);
+                    Tensor* table = h.typed(t, ne0, rows, v, stride);
+                    Tensor* idt = as_input ? h.input_i32(ids) : h.i32(ids);
+                    Tensor* out = h.g.get_rows(table, idt, "rows");
+                    h.compute();
+                    ASSERT_EQ(out->ne, (Shape{ne0, 6, 1, 1}));
+                    // The reference dequantizer is the definition: the gather must reproduce it exactly.
+                    const auto deq = dequant_rows(t, v, ne0);
+                    std::vector<double> want;
+                    for (int32_t id : ids) want.insert(want.end(), deq.begin() + id * ne0, deq.begin() + (id + 1) * ne0);
+                    EXPECT_TRUE(close(read(out), want, 0, 0));
+                }
+            }
+        }
+    }
+}
+
+// ---- add / mul (broadcast) --------------------------------------------------------------
+
+TEST_P(CpuOps, AddMulBroadcast) {
+    const int nth = GetParam();
+    std::mt19937 rng(2);
+    for (int64_t ne0 : {1, 7, 33, 257}) {
+        const Shape a_ne{ne0, 3, 4, 2};
+        // b shapes: same, per-row vector, per-column, scalar, partial broadcasts in dims 2/3, and
+        // (when ne0 allows) a row shorter than a's that repeats along it.
+        std::vector<Shape> b_shapes = {a_ne, {ne0, 1, 1, 1}, {1, 3, 1, 1}, {1, 1, 1, 1}, {ne0, 3, 2, 1}, {ne0, 1, 4, 2},
+                                       {1, 3, 2, 2}};
+        if (ne0 == 33) b_shapes.push_back({11, 3, 1, 1});
+        if (ne0 == 7) b_shapes.push_back({7, 1, 1, 2});
+        for (const Shape& b_ne : b_shapes) {
+            for (Layout la : kLayouts) {
+                for (Layout lb : {Layout::Contiguous, Layout::Padded}) {
+                    SCOPED_TRACE("a " + shape_str(a_ne) + " " + layout_name(la) + ", b " + shape_str(b_ne) + " " +
+                                 layout_name(lb));
+                    const auto av = randn(rng, numel(a_ne));
+                    const auto bv = randn(rng, numel(b_ne));
+                    Harness h(nth);
+                    Tensor* a = h.f32(a_ne, av, la, "a");
+                    Tensor* b = h.f32(b_ne, bv, lb, "b");
+                    Tensor* s = h.g.add(a, b, "sum");
+                    Tensor* p = h.g.mul(a, b, "prod");
+                    h.g.mark_output(s);
+                    h.g.mark_output(p);
+                    h.compute();
+                    std::vector<double> ws, wp;
+                    for (int64_t i3 = 0; i3 < a_ne[3]; ++i3)
+                        for (int64_t i2 = 0; i2 < a_ne[2]; ++i2)
+                            for (int64_t i1 = 0; i1 < a_ne[1]; ++i1)
+                                for (int64_t i0 = 0; i0 < a_ne[0]; ++i0) {
+                                    const double x = av[lin(a_ne, i0, i1, i2, i3)];
+                                    const double y = bv[lin(b_ne, i0 % b_ne[0], i1 % b_ne[1], i2 % b_ne[2], i3 % b_ne[3])];
+                                    // One float add/mul is correctly rounded, and so is the double result
+                                    // rounded to float: they must be bit-identical.
+                                    ws.push_back(static_cast<float>(x + y));
+                                    wp.push_back(static_cast<float>(x * y));
+                                }
+                    EXPECT_TRUE(close(read(s), ws, 0, 0)) << "add";
+                    EXPECT_TRUE(close(read(p), wp, 0, 0)) << "mul";
+                }
+            }
+        }
+    }
+}
+
+// ---- scale, unary and gated activations ------------------------------------------------
+
+double ref_silu(double x) { return x / (1.0 + std::exp(-x)); }
+double ref_gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + std::tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+}
+
+TEST_P(CpuOps, ScaleAndActivations) {
+    const int nth = GetParam();
+    std::mt19937 rng(3);
+    for (int64_t ne0 : {1, 7, 33, 257}) {
+        for (Layout layout : kLayouts) {
+            SCOPED_TRACE("ne0=" + std::to_string(ne0) + " " + layout_name(layout));
+            const Shape ne{ne0, 3, 2, 2};
+            auto xv = randn(rng, numel(ne), 3.0f);
+            auto uv = randn(rng, numel(ne));
+            // Saturating inputs: exp overflow must give the limits, not NaN.
+            const float extremes[] = {0.0f, -0.0f, 40.0f, -40.0f, 100.0f, -100.0f, 1e-30f, 700.0f, -700.0f};
+            for (size_t i = 0; i < std::size(extremes) && i < xv.size(); ++i) xv[i * 3 % xv.size()] = extremes[i];
+            Harness h(nth);
+            Tensor* x = h.f32(ne, xv, layout, "x");
+            Tensor* u = h.f32(ne, uv, layout == Layout::Permuted ? Layout::Padded : layout, "u");
+            Tensor* sc = h.g.scale(x, -0.375f, "scale");
+            Tensor* si = h.g.silu(x, "silu");
+            Tensor* ge = h.g.gelu_tanh(x, "gelu");
+            Tensor* sw = h.g.swiglu(x, u, "swiglu");
+            Tensor* gg = h.g.geglu(x, u, "geglu");
+            for (Tensor* t : {sc, si, ge, sw, gg}) h.g.mark_output(t);
+            h.compute();
+            std::vector<double> wsc, wsi, wge, wsw, wgg;
+            for (size_t i = 0; i < xv.size(); ++i) {
+                const double xi = xv[i], ui = uv[i];
+                wsc.push_back(static_cast<float>(xi * -0.375));  // exact: one float multiply
+                wsi.push_back(ref_silu(xi));
+                wge.push_back(ref_gelu_tanh(xi));
+                wsw.push_back(ref_silu(xi) * ui);
+                wgg.push_back(ref_gelu_tanh(xi) * ui);
+            }
+            EXPECT_TRUE(close(read(sc), wsc, 0, 0)) << "scale";
+            // float exp/tanh: a few ulps relative, plus an absolute floor for results near zero
+            // (silu(-100) underflows to a denormal in double, -0 in float). gelu_tanh for x << 0
+            // computes 1 + tanh(..) ~ 0 in float: an absolute error of |x|/2 * ulp(1) ~ 3e-7 at |x| ~ 10,
+            // times |up| ~ 4 for geglu.
+            EXPECT_TRUE(close(read(si), wsi, 1e-6, 4e-6)) << "silu";
+            EXPECT_TRUE(close(read(ge), wge, 2e-6, 4e-6)) << "gelu_tanh";
+            EXPECT_TRUE(close(read(sw), wsw, 1e-6, 6e-6)) << "swiglu";
+            EXPECT_TRUE(close(read(gg), wgg, 6e-6, 6e-6)) << "geglu";
+        }
+    }
+}
+
+// ---- rms_norm ----------------------------------------------------------------------------
+
+TEST_P(CpuOps, RmsNorm) {
+    const int nth = GetParam();
+    std::mt19937 rng(4);
+    for (int64_t ne0 : {1, 7, 33, 257, 4099}) {
+        for (Layout layout : kLayouts) {
+            for (float eps : {1e-6f, 1e-5f, 0.5f}) {
+                SCOPED_TRACE("ne0=" + std::to_string(ne0) + " " + layout_name(layout) + " eps=" + std::to_string(eps));
+                const Shape ne{ne0, 3, 2, 1};
+                auto xv = randn(rng, numel(ne), 2.0f);
+                std::fill(xv.begin(), xv.begin() + ne0, 0.0f);  // an all-zero row: output 0, not NaN
+                for (int64_t i = 0; i < ne0; ++i) xv[static_cast<size_t>(ne0 + i)] *= 1e3f;  // a large row
+                Harness h(nth);
+                Tensor* out = h.g.rms_norm(h.f32(ne, xv, layout), eps, "norm");
+                h.compute();
+                std::vector<double> want(xv.size());
+                for (int64_t r = 0; r < numel(ne) / ne0; ++r) {
+                    double ss = 0;
+                    for (int64_t i = 0; i < ne0; ++i) ss += double(xv[r * ne0 + i]) * xv[r * ne0 + i];
+                    const double s = 1.0 / std::sqrt(ss / ne0 + eps);
+                    for (int64_t i = 0; i < ne0; ++i) want[r * ne0 + i] = xv[r * ne0 + i] * s;
+                }
+                // The scale factor is computed in double and rounded once; x * s rounds again: 2 ulps.
+                EXPECT_TRUE(close(read(out), want, 0, 3e-7));
+            }
+        }
+    }
+}
+
+// ---- rope ----------------------------------------------------------------------------------
+
+std::vector<double> ref_rope(const std::vector<float>& x, Shape ne, const std::vector<int32_t>& pos, int n_dims,
+                             RopeMode mode, double base, double freq_scale) {
+    std::vector<double> out(x.begin(), x.end());
+    const int half = n_dims / 2;
+    for (int64_t it = 0; it < ne[2]; ++it)
+        for (int64_t ih = 0; ih < ne[1]; ++ih) {
+            const int64_t o = lin(ne, 0, ih, it);
+            for (int i = 0; i < half; ++i) {
+                const double theta = pos[it] * freq_scale * std::pow(base, -2.0 * i / n_dims);
+                const int64_t a = mode == RopeMode::Neox ? i : 2 * i;
+                const int64_t b = mode == RopeMode::Neox ? i + half : 2 * i + 1;
+                const double x0 = x[o + a], x1 = x[o + b];
+                out[o + a] = x0 * std::cos(theta) - x1 * std::sin(theta);
+                out[o + b] = x0 * std::sin(theta) + x1 * std::cos(theta);
+            }
+        }
+    return out;
+}
+
+TEST_P(CpuOps, Rope) {
+    const int nth = GetParam();
+    std::mt19937 rng(5);
+    struct Case {
+        int64_t head_dim;
+        int n_dims;
+    };
+    // Full rotation, partial rotation (n_dims < head_dim: the rest passes through), the minimum.
+    const Case cases[] = {{8, 8}, {64, 64}, {64, 32}, {66, 64}, {10, 2}, {128, 96}};
+    const std::vector<int32_t> pos = {0, 1, 17, 4097, 123456};
+    for (const Case& c : cases) {
+        for (RopeMode mode : {RopeMode::Normal, RopeMode::Neox}) {
+            for (Layout layout : kLayouts) {
+                for (auto [base, fscale] : {std::pair{10000.0f, 1.0f}, std::pair{1e6f, 0.25f}}) {
+                    SCOPED_TRACE("head_dim=" + std::to_string(c.head_dim) + " n_dims=" + std::to_string(c.n_dims) +
+                                 (mode == RopeMode::Neox ? " neox " : " normal ") + layout_name(layout) +
+                                 " base=" + std::to_string(base));
+                    const Shape ne{c.head_dim, 3, static_cast<int64_t>(pos.size()), 1};
+                    const auto xv = randn(rng, numel(ne));
+                    Harness h(nth);
+                    Tensor* out =
+                        h.g.rope(h.f32(ne, xv, layout), h.input_i32(pos, "pos"), c.n_dims, mode, base, fscale, "rope");
+                    h.compute();
+                    // Angles in double (up to ~1e5 rad); cos/sin rounded to float and the rotation done in
+                    // float: a few float ulps of |x| <~ 4.5, i.e. ~1.5e-6 absolute at worst.
+                    EXPECT_TRUE(close(read(out), ref_rope(xv, ne, pos, c.n_dims, mode, base, fscale), 3e-6, 2e-6));
+                }
+            }
+        }
+    }
+}
+
+// ---- soft_max ------------------------------------------------------------------------------
+
+TEST_P(CpuOps, SoftMax) {
+    const int nth = GetParam();
+    std::mt19937 rng(6);
+    for (int64_t ne0 : {1, 7, 33, 257}) {
+        for (int mask_kind : {0, 1, 2}) {  // none, 0/-inf (with a fully masked row), finite biases + -inf
+            for (Layout layout : kLayouts) {
+                for (float scale : {1.0f, 0.125f}) {
+                    SCOPED_TRACE("ne0=" + std::to_string(ne0) + " mask=" + std::to_string(mask_kind) + " " +
+                                 layout_name(layout) + " scale=" + std::to_string(scale));
+                    const Shape ne{ne0, 5, 2, 2};
+                    const auto xv = randn(rng, numel(ne), 4.0f);
+                    std::vector<float> mv(static_cast<size_t>(ne0 * 5), 0.0f);
+                    std::uniform_int_distribution<int> coin(0, 2);
+                    if (mask_kind) {
+                        for (auto& m : mv) m = coin(rng) == 0 ? kNegInf : (mask_kind == 2 ? -0.5f * coin(rng) : 0.0f);
+                        for (int64_t i = 0; i < ne0; ++i) mv[static_cast<size_t>(2 * ne0 + i)] = kNegInf;  // row 2 fully masked
+                        mv[static_cast<size_t>(3 * ne0)] = 0.0f;                                          // row 3 keeps one
+                    }
+                    Harness h(nth);
+                    Tensor* mask = mask_kind ? h.f32({ne0, 5, 1, 1}, mv, Layout::Contiguous, "mask") : nullptr;
+                    Tensor* out = h.g.soft_max(h.f32(ne, xv, layout), mask, scale, "softmax");
+                    h.compute();
+                    std::vector<double> want(xv.size());
+                    for (int64_t r = 0; r < numel(ne) / ne0; ++r) {
+                        const int64_t i1 = r % 5;
+                        std::vector<double> z(static_cast<size_t>(ne0));
+                        double mx = -INFINITY;
+                        for (int64_t i = 0; i < ne0; ++i) {
+                            z[i] = double(xv[r * ne0 + i]) * scale + (mask_kind ? mv[i1 * ne0 + i] : 0.0);
+                            mx = std::max(mx, z[i]);
+                        }
+                        double sum = 0;
+                        for (auto& zi : z) sum += (zi = mx == -INFINITY ? 0.0 : std::exp(zi - mx));
+                        // A fully masked row comes out as zeros (no NaN).
+                        for (int64_t i = 0; i < ne0; ++i) want[r * ne0 + i] = sum > 0 ? z[i] / sum : 0.0;
+                    }
+                    // Probabilities in [0, 1]. The exponent x * scale + mask - max (|.| up to ~40) is formed in
+                    // float, so it carries ~0.5 ulp(32) = 2e-6 absolute error, which exp() turns into that
+                    // much relative error; plus exp and the normalisation: 1e-5 relative.
+                    EXPECT_TRUE(close(read(out), want, 1e-7, 1e-5));
+                }
+            }
+        }
+    }
+}
+
+// ---- store_rows ----------------------------------------------------------------------------
+
+TEST_P(CpuOps, StoreRowsIntoCaches) {
+    const int nth = GetParam();
+    std::mt19937 rng(7);
+    for (Type t : {Type::F32, Type::F16, Type::BF16, Type::Q8_0}) {
+        for (int64_t ne0 : lengths(t)) {
+            for (Layout layout : {Layout::Contiguous, Layout::Padded}) {
+                SCOPED_TRACE(std::string(kiln::type_name(t)) + " ne0=" + std::to_string(ne0) + " " + layout_name(layout));
+                const int64_t cells = 9;
+                const size_t rb = kiln::row_size(t, ne0);
+                const std::vector<int32_t> ids = {4, 0, 8, 5, 2};  // distinct, out of order
+                const auto xv = randn(rng, ne0 * static_cast<int64_t>(ids.size()));
+                Harness h(nth);
+                auto* cache = static_cast<uint8_t*>(h.hold(rb * cells));
+                for (size_t i = 0; i < rb * cells; ++i) cache[i] = static_cast<uint8_t>(i * 7 + 1);
+                const std::vector<uint8_t> before(cache, cache + rb * cells);
+                Tensor* c = h.g.leaf(t, {ne0, cells, 1, 1}, "cache", cache);
+                Tensor* x = h.f32({ne0, static_cast<int64_t>(ids.size()), 1, 1}, xv, layout, "x");
+                Tensor* st = h.g.store_rows(c, x, h.input_i32(ids), "store");
+                h.compute();
+                EXPECT_EQ(st->data, c->data) << "store_rows aliases its cache";
+                for (int64_t cell = 0; cell < cells; ++cell) {
+                    const auto it = std::find(ids.begin(), ids.end(), static_cast<int32_t>(cell));
+                    const uint8_t* got = cache + cell * rb;
+                    if (it == ids.end()) {
+                        EXPECT_EQ(0, std::memcmp(got, before.data() + cell * rb, rb)) << "untouched cell " << cell;
+                        continue;
+                    }
+                    const int64_t r = it - ids.begin();
+                    // Bit-exact with the reference quantizer (the cache format's definition) ...
+                    std::vector<uint8_t> want(rb);
+                    kiln::quantize(t, xv.data() + r * ne0, want.data(), 1, ne0);
+                    EXPECT_EQ(0, std::memcmp(got, want.data(), rb)) << "cell " << cell;
+                    // ... and close to the stored floats: f16 rounds to 2^-11 relative, bf16 to 2^-8,
+                    // q8_0 to half a step of amax/127 per block.
+                    std::vector<float> back(static_cast<size_t>(ne0));
+                    kiln::dequantize_row(t, got, back.data(), ne0);
+                    for (int64_t i = 0; i < ne0; ++i) {
+                        const double x0 = xv[r * ne0 + i];
+                        double tol = 0;
+                        if (t == Type::F16) tol = std::fabs(x0) * 0.5 / 1024 + 3e-8;  // + f16 subnormal spacing
+                        if (t == Type::BF16) tol = std::fabs(x0) * 0.5 / 128;
+                        if (t == Type::Q8_0) {
+                            double amax = 0;
+                            for (int64_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) amax = std::max(amax, double(std::fabs(xv[r * ne0 + j])));
+                            tol = amax / 127 * 0.5 * 1.01 + amax * 1e-3;  // + the f16 rounding of the block scale
+                        }
+                        ASSERT_LE(std::fabs(back[i] - x0), tol + 1e-30) << "cell " << cell << " [" << i << "]";
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---- attention -----------------------------------------------------------------------------
+
+struct AttnCase {
+    int64_t hd, hdv, n_head, n_head_kv, n_tokens, n_kv, n_cells;
+    Type kv_type;
+    int mask_kind;  // 0 causal, 1 sliding window of 3, 2 random holes + a fully masked token
+    float softcap;
+};
+
+std::vector<float> make_mask(const AttnCase& c, std::mt19937& rng) {
+    std::vector<float> m(static_cast<size_t>(c.n_kv * c.n_tokens), kNegInf);
+    const int64_t p0 = c.n_kv - c.n_tokens;  // token t sits at cell p0 + t
+    std::uniform_int_distribution<int> coin(0, 3);
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+        const int64_t pos = p0 + t;
+        for (int64_t cell = 0; cell < c.n_kv; ++cell) {
+            bool see = cell <= pos;
+            if (c.mask_kind == 1) see = see && cell > pos - 3;
+            if (c.mask_kind == 2) see = see && (cell == pos || coin(rng) != 0) && t != 1;
+            if (see) m[static_cast<size_t>(t * c.n_kv + cell)] = 0.0f;
+        }
+    }
+    return m;
+}
+
+// q [hd, n_head, n_tokens], k/v as rows [hd(v), n_head_kv] per cell; mask [n_kv, n_tokens].
+std::vector<double> ref_attention(const AttnCase& c, const std::vector<float>& q, const std::vector<float>& k,
+                                  const std::vector<float>& v, const std::vector<float>& mask, double scale) {
+    const int64_t n_rep = c.n_head / c.n_head_kv;
+    std::vector<double> out(static_cast<size_t>(c.hdv * c.n_head * c.n_tokens), 0.0);
+    for (int64_t t = 0; t < c.n_tokens; ++t)
+        for (int64_t h = 0; h < c.n_head; ++h) {
+            const int64_t hk = h / n_rep;
+            std::vector<double> s(static_cast<size_t>(c.n_kv), -INFINITY);
+            double mx = -INFINITY;
+            for (int64_t cell = 0; cell < c.n_kv; ++cell) {
+                const float m = mask[t * c.n_kv + cell];
+                if (m == kNegInf) continue;
+                double d = 0;
+                for (int64_t j = 0; j < c.hd; ++j)
+                    d += double(q[(t * c.n_head + h) * c.hd + j]) * k[(cell * c.n_head_kv + hk) * c.hd + j];
+                d *= scale;
+                if (c.softcap > 0) d = c.softcap * std::tanh(d / c.softcap);
+                s[cell] = d + m;
+                mx = std::max(mx, s[cell]);
+            }
+            if (mx == -INFINITY) continue;  // no visible cell: zeros
+            double sum = 0;
+            for (auto& x : s) sum += (x = std::exp(x - mx));
+            for (int64_t cell = 0; cell < c.n_kv; ++cell)
+                for (int64_t j = 0; j < c.hdv; ++j)
+                    out[(t * c.n_head + h) * c.hdv + j] += s[cell] / sum * v[(cell * c.n_head_kv + hk) * c.hdv + j];
+        }
+    return out;
+}
+
+TEST_P(CpuOps, Attention) {
+    const int nth = GetParam();
+    std::mt19937 rng(8);
+    std::vector<AttnCase> cases;
+    for (Type kv : {Type::F32, Type::F16, Type::BF16, Type::Q8_0}) {
+        const bool blocky = kv == Type::Q8_0;
+        for (auto [hd, hdv] : {std::pair<int64_t, int64_t>{32, 32}, {64, 32}, {7, 7}, {33, 5}}) {
+            if (blocky && (hd % 32 || hdv % 32)) continue;
+            for (auto [nh, nkv] : {std::pair<int64_t, int64_t>{2, 2}, {4, 2}, {4, 1}, {8, 2}}) {  // GQA 1, 2, 4, 4
+                for (int mk : {0, 1, 2}) {
+                    for (float cap : {0.0f, 1.5f}) {
+                        cases.push_back({hd, hdv, nh, nkv, 5, 11, 14, kv, mk, cap});
+                    }
+                }
+            }
+        }
+    }
+    cases.push_back({64, 64, 4, 4, 1, 1, 1, Type::F16, 0, 0.0f});  // one token over one cell
+    cases.push_back({32, 32, 4, 2, 3, 40, 40, Type::Q8_0, 1, 0.0f});
+    for (const AttnCase& c : cases) {
+        for (bool q_permuted : {false, true}) {
+            SCOPED_TRACE(std::string(kiln::type_name(c.kv_type)) + " hd=" + std::to_string(c.hd) + " hdv=" +
+                         std::to_string(c.hdv) + " heads=" + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
+                         " mask=" + std::to_string(c.mask_kind) + " softcap=" + std::to_string(c.softcap) +
+                         (q_permuted ? " q permuted" : ""));
+            const Shape q_ne{c.hd, c.n_head, c.n_tokens, 1};
+            const auto qv = randn(rng, numel(q_ne));
+            // The caches hold n_cells rows of [hd * n_head_kv]; attention sees the first n_kv cells through a
+            // view, as the model does. Reference values are what the cache holds (dequantized).
+            const auto kf = randn(rng, c.hd * c.n_head_kv * c.n_cells);
+            const auto vf = randn(rng, c.hdv * c.n_head_kv * c.n_cells);
+            const auto mask = make_mask(c, rng);
+            Harness h(nth);
+            Tensor* kc = h.typed(c.kv_type, c.hd * c.n_head_kv, c.n_cells, kf, 1, "k_cache");
+            Tensor* vc = h.typed(c.kv_type, c.hdv * c.n_head_kv, c.n_cells, vf, 1, "v_cache");
+            const size_t k_head = kiln::row_size(c.kv_type, c.hd), v_head = kiln::row_size(c.kv_type, c.hdv);
+            Tensor* kview = h.g.view(kc, {c.hd, c.n_head_kv, c.n_kv, 1}, {kc->nb[0], k_head, kc->nb[1], kc->nb[1] * c.n_kv}, 0);
+            Tensor* vview = h.g.view(vc, {c.hdv, c.n_head_kv, c.n_kv, 1}, {vc->nb[0], v_head, vc->nb[1], vc->nb[1] * c.n_kv}, 0);
+            Tensor* q = h.f32(q_ne, qv, q_permuted ? Layout::Permuted : Layout::Contiguous, "q");
+            const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+            Tensor* out = h.g.attention(q, kview, vview, h.input_f32({c.n_kv, c.n_tokens, 1, 1}, mask, "mask"),
+                                        AttentionParams{.scale = scale, .softcap = c.softcap}, "attn");
+            h.compute();
+            ASSERT_EQ(out->ne, (Shape{c.hdv * c.n_head, c.n_tokens, 1, 1}));
+            const auto kd = dequant_rows(c.kv_type, kf, c.hd * c.n_head_kv);
+            const auto vd = dequant_rows(c.kv_type, vf, c.hdv * c.n_head_kv);
+            // Float dot products over hd and an online softmax in float: outputs are averages of
+            // values ~N(0,1), accurate to a few 1e-7; 2e-5 leaves room for exp() of scores ~ +-10.
+            EXPECT_TRUE(close(read(out), ref_attention(c, qv, kd, vd, mask, scale), 2e-5, 1e-5));
+        }
+    }
+}
+
+// Store then attend in one graph: the attention must see the rows written by store_rows (ordering
+// through the alias), for every cache type.
+TEST_P(CpuOps, StoreThenAttend) {
+    const int nth = GetParam();
+    std::mt19937 rng(9);
+    for (Type kv : {Type::F32, Type::F16, Type::BF16, Type::Q8_0}) {
+        SCOPED_TRACE(std::string(kiln::type_name(kv)));
+        AttnCase c{32, 32, 4, 2, 3, 8, 12, kv, 0, 0.0f};
+        const int64_t row = c.hd * c.n_head_kv;
+        auto kf = randn(rng, row * c.n_cells), vf = randn(rng, row * c.n_cells);
+        const auto knew = randn(rng, row * c.n_tokens), vnew = randn(rng, row * c.n_tokens);
+        const std::vector<int32_t> ids = {5, 6, 7};  // the batch's tokens go to the last visible cells
+        const auto qv = randn(rng, c.hd * c.n_head * c.n_tokens);
+        const auto mask = make_mask(c, rng);
+        Harness h(nth);
+        Tensor* kc = h.typed(kv, row, c.n_cells, kf, 1, "k_cache");
+        Tensor* vc = h.typed(kv, row, c.n_cells, vf, 1, "v_cache");
+        Tensor* idx = h.input_i32(ids, "kv_idx");
+        Tensor* ks = h.g.store_rows(kc, h.f32({row, c.n_tokens, 1, 1}, knew, Layout::Contiguous, "k_new"), idx);
+        Tensor* vs = h.g.store_rows(vc, h.f32({row, c.n_tokens, 1, 1}, vnew, Layout::Padded, "v_new"), idx);
+        const size_t hb = kiln::row_size(kv, c.hd);
+        Tensor* kview = h.g.view(ks, {c.hd, c.n_head_kv, c.n_kv, 1}, {ks->nb[0], hb, ks->nb[1], ks->nb[1] * c.n_kv}, 0);
+        Tensor* vview = h.g.view(vs, {c.hd, c.n_head_kv, c.n_kv, 1}, {vs->nb[0], hb, vs->nb[1], vs->nb[1] * c.n_kv}, 0);
+        Tensor* out = h.g.attention(h.f32({c.hd, c.n_head, c.n_tokens, 1}, qv), kview, vview,
+                                    h.input_f32({c.n_kv, c.n_tokens, 1, 1}, mask, "mask"), AttentionParams{.scale = 0.2f}, "attn");
+        h.compute();
+        for (size_t i = 0; i < ids.size(); ++i) {
+            std::copy_n(knew.begin() + static_cast<int64_t>(i) * row, row, kf.begin() + ids[i] * row);
+            std::copy_n(vnew.begin() + static_cast<int64_t>(i) * row, row, vf.begin() + ids[i] * row);
+        }
+        const auto want = ref_attention(c, qv, dequant_rows(kv, kf, row), dequant_rows(kv, vf, row), mask, 0.2);
+        EXPECT_TRUE(close(read(out), want, 2e-5, 1e-5));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, CpuOps, ::testing::ValuesIn(kThreads),
+                         [](const ::testing::TestParamInfo<int>& p) { return "t" + std::to_string(p.param); });
+
+// ---- mul_mat ---------------------------------------------------------------------------------
+
+// Error of a matrix product relative to its natural scale: sqrt(sum (out - ref)^2 / sum_{n,m,k}
+// (w x)^2). For random data this is the relative error per product term that rounding the
+// activations causes; it does not blow up where a dot product happens to cancel to ~0.
+double matmul_error(const std::vector<float>& got, const std::vector<float>& w, const std::vector<float>& x, int64_t K,
+                    int64_t N, int64_t M) {
+    double num = 0, den = 0;
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+                const double p = double(w[n * K + k]) * x[m * K + k];
+                ref += p;
+                mag += p * p;
+            }
+            const double d = got[static_cast<size_t>(m * N + n)] - ref;
+            num += std::isfinite(d) ? d * d : 1e300;
+            den += mag;
+        }
+    return std::sqrt(num / den);
+}
+
+// Tolerances on matmul_error, per activation format (the weight type's vec_dot_type). The weights'
+// own quantization error is not part of it: the reference uses the dequantized weights.
+//  F32 activations: float accumulation only.
+//  F16: each activation rounded to 11 bits (2^-12 relative half-ulp, ~1.6e-4 rms); bf16: 8 bits.
+//  Q8_0/Q8_1 (blocks of 32) and Q8_K (blocks of 256): steps of amax/127, ~0.6% rms for normal data.
+//  Precise adds an 8-bit pass over the residual (f16: an 11-bit one), squaring the relative step.
+struct Tol {
+    double fast, precise;
+};
+Tol matmul_tol(Type vec_dot_type) {
+    switch (vec_dot_type) {
+        case Type::F32: return {2e-6, 2e-6};
+        case Type::F16: return {6e-4, 2e-6};
+        case Type::BF16: return {5e-3, 3e-5};
+        default: return {2e-2, 1.5e-4};  // 8-bit formats
+    }
+}
+
+class MulMat : public ::testing::TestWithParam<Type> {};
+
+TEST_P(MulMat, AllIsasPrecisionsThreadsShapes) {
+    const Type t = GetParam();
+    const Type vdt = kiln::cpu::kernels(t).vec_dot_type;
+    const Tol tol = matmul_tol(vdt);
+    std::mt19937 rng(10 + static_cast<unsigned>(t));
+    const auto isas = isas_to_test();
+    if (isas.size() == 1 && kiln::cpu::isa_supported(Isa::Avx2)) {
+        std::printf("note: KILN_CPU cannot switch instruction sets in-process here; testing %s only\n",
+                    std::string(kiln::cpu::isa_name(isas[0])).c_str());
+    }
+    struct Shape3 {
+        int64_t N, M2, M3;  // weight rows; activation rows as [K, M2, M3]
+        Layout layout;
+    };
+    const Shape3 shapes[] = {{1, 1, 1, Layout::Contiguous},
+                             {7, 5, 1, Layout::Contiguous},
+                             {33, 3, 2, Layout::Permuted},
+                             {17, 19, 1, Layout::Padded}};
+    for (Isa isa : isas) {
+        ScopedIsa env(std::string(kiln::cpu::isa_name(isa)));
+        for (int64_t K : lengths(t)) {
+            for (const Shape3& s : shapes) {
+                const int64_t M = s.M2 * s.M3;
+                const auto wv = randn(rng, K * s.N);
+                const auto wd = dequant_rows(t, wv, K);
+                auto xv = randn(rng, K * M);
+                for (size_t i = 0; i < xv.size(); i += 37) xv[i] *= 6;  // activation outliers
+                double err[2] = {0, 0};
+                std::vector<float> first;
+                for (int pi = 0; pi < 2; ++pi) {
+                    const MatmulPrecision prec = pi ? MatmulPrecision::Precise : MatmulPrecision::Fast;
+                    for (int nth : kThreads) {
+                        SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)) + " K=" + std::to_string(K) + " N=" +
+                                     std::to_string(s.N) + " M=" + std::to_string(s.M2) + "x" + std::to_string(s.M3) +
+                                     " " + layout_name(s.layout) + (pi ? " precise" : " fast") +
+                                     " threads=" + std::to_string(nth));
+                        Harness h(nth, prec);
+                        Tensor* w = h.typed(t, K, s.N, wv, 1, "w");
+                        Tensor* x = h.f32({K, s.M2, s.M3, 1}, xv, s.layout, "x");
+                        Tensor* out = h.g.mul_mat(w, x, "mm");
+                        h.compute();
+                        ASSERT_EQ(out->ne, (Shape{s.N, s.M2, s.M3, 1}));
+                        const auto got = read(out);
+                        const double e = matmul_error(got, wd, xv, K, s.N, M);
+                        EXPECT_LE(e, pi ? tol.precise : tol.fast);
+                        err[pi] = std::max(err[pi], e);
+                        // Each output is one thread's dot product: the thread count cannot change it.
+                        if (nth == kThreads[0]) {
+                            first = got;
+                        } else {
+                            EXPECT_EQ(0, std::memcmp(first.data(), got.data(), got.size() * sizeof(float)))
+                                << "result depends on the thread count";
+                        }
+                    }
+                }
+                // Precise must be much closer to the float reference wherever activations are rounded.
+                if (vdt != Type::F32 && K >= 32) {
+                    EXPECT_LT(err[1] * 20, err[0]) << kiln::cpu::isa_name(isa) << " K=" << K << " N=" << s.N
+                                                   << ": fast " << err[0] << ", precise " << err[1];
+                }
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MulMat, ::testing::ValuesIn(kAllRefTypes),
+                         [](const ::testing::TestParamInfo<Type>& p) { return std::string(kiln::type_name(p.param)); });
+
+// Auto precision: Precise for up to kAutoPreciseRows activation rows, Fast above (bit-identical to
+// the explicit modes).
+TEST(MulMatAuto, PreciseForSmallBatchesFastForLarge) {
+    std::mt19937 rng(11);
+    const int64_t K = 256, N = 9;
+    const auto wv = randn(rng, K * N);
+    for (int64_t M : {int64_t{1}, kiln::kAutoPreciseRows, kiln::kAutoPreciseRows + 1}) {
+        SCOPED_TRACE("M=" + std::to_string(M));
+        const auto xv = randn(rng, K * M);
+        std::vector<float> res[3];
+        for (int i = 0; i < 3; ++i) {
+            const MatmulPrecision p[] = {MatmulPrecision::Auto, MatmulPrecision::Fast, MatmulPrecision::Precise};
+            Harness h(2, p[i]);
+            Tensor* out = h.g.mul_mat(h.typed(Type::Q4_K, K, N, wv), h.f32({K, M, 1, 1}, xv), "mm");
+            h.compute();
+            res[i] = read(out);
+        }
+        const auto& want = M <= kiln::kAutoPreciseRows ? res[2] : res[1];
+        const auto& other = M <= kiln::kAutoPreciseRows ? res[1] : res[2];
+        EXPECT_EQ(0, std::memcmp(res[0].data(), want.data(), want.size() * sizeof(float)));
+        EXPECT_NE(0, std::memcmp(res[0].data(), other.data(), other.size() * sizeof(float)));
+    }
+}
+
+// A chain mixing every op in one graph and one run, to exercise the per-node barriers and the
+// scratch buffer shared by mul_mat and attention nodes of different sizes.
+TEST(CpuOpsChain, MixedGraphMatchesStepwise) {
+    std::mt19937 rng(12);
+    const int64_t d = 64, T = 4, H = 2, HKV = 1, hd = 32;
+    const auto xv = randn(rng, d * T);
+    const auto wq = randn(rng, d * d), wk = randn(rng, d * HKV * hd), wv = randn(rng, d * HKV * hd);
+    std::vector<std::vector<float>> results;
+    for (int nth : kThreads) {
+        Harness h(nth, MatmulPrecision::Precise);
+        Tensor* x = h.input_f32({d, T, 1, 1}, xv, "x");
+        Tensor* n = h.g.rms_norm(x, 1e-6f);
+        Tensor* q = h.g.mul_mat(h.typed(Type::Q8_0, d, d, wq), n);
+        Tensor* k = h.g.mul_mat(h.typed(Type::F16, d, HKV * hd, wk), n);
+        Tensor* v = h.g.mul_mat(h.typed(Type::BF16, d, HKV * hd, wv), n);
+        Tensor* pos = h.input_i32({0, 1, 2, 3}, "pos");
+        q = h.g.rope(h.g.reshape(q, {hd, H, T, 1}), pos, hd, RopeMode::Neox, 10000, 1);
+        k = h.g.rope(h.g.reshape(k, {hd, HKV, T, 1}), pos, hd, RopeMode::Neox, 10000, 1);
+        Tensor* kv_k = h.g.leaf(Type::F16, {hd * HKV, 8, 1, 1}, "kc", h.hold(kiln::row_size(Type::F16, hd * HKV) * 8));
+        Tensor* kv_v = h.g.leaf(Type::Q8_0, {hd * HKV, 8, 1, 1}, "vc", h.hold(kiln::row_size(Type::Q8_0, hd * HKV) * 8));
+        Tensor* idx = h.input_i32({0, 1, 2, 3}, "idx");
+        Tensor* ks = h.g.store_rows(kv_k, h.g.reshape(k, {hd * HKV, T, 1, 1}), idx);
+        Tensor* vs = h.g.store_rows(kv_v, v, idx);
+        std::vector<float> mask(static_cast<size_t>(4 * T));
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t c = 0; c < 4; ++c) mask[static_cast<size_t>(t * 4 + c)] = c <= t ? 0.0f : kNegInf;
+        const size_t khb = kiln::row_size(Type::F16, hd), vhb = kiln::row_size(Type::Q8_0, hd);
+        Tensor* a = h.g.attention(q, h.g.view(ks, {hd, HKV, 4, 1}, {ks->nb[0], khb, ks->nb[1], ks->nb[1] * 4}, 0),
+                                  h.g.view(vs, {hd, HKV, 4, 1}, {vs->nb[0], vhb, vs->nb[1], vs->nb[1] * 4}, 0),
+                                  h.input_f32({4, T, 1, 1}, mask, "mask"), AttentionParams{.scale = 0.25f});
+        Tensor* y = h.g.add(h.g.scale(a, 0.5f), x);
+        Tensor* out = h.g.geglu(h.g.silu(y), h.g.soft_max(y, nullptr, 1.0f));
+        h.g.mark_output(out);
+        h.compute();
+        results.push_back(read(out));
+        for (float f : results.back()) ASSERT_TRUE(std::isfinite(f));
+    }
+    for (size_t i = 1; i < results.size(); ++i) {
+        EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
+            << "threads " << kThreads[i] << " differ from 1 thread";
+    }
+}
+
+TEST(CpuBackendBasics, ReportsItselfAndRejectsUnsupported) {
+    CpuBackend be(CpuBackendOptions{3, MatmulPrecision::Fast});
+    EXPECT_EQ(be.n_threads(), 3);
+    EXPECT_TRUE(be.is_host());
+    EXPECT_EQ(be.name(), "CPU");
+    CpuBackend def;
+    EXPECT_GE(def.n_threads(), 1);
+    auto buf = be.alloc_buffer(100);
+    ASSERT_NE(buf->base(), nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->base()) % 64, 0u);
+    const char msg[] = "hello";
+    buf->write(10, msg, sizeof msg);
+    char back[sizeof msg];
+    buf->read(10, back, sizeof back);
+    EXPECT_STREQ(back, msg);
+    // A weight type without a matmul kernel: the scheduler finds no backend for it.
+    Graph g;
+    std::vector<uint8_t> wbytes(kiln::row_size(Type::IQ2_XXS, 256) * 2);
+    std::vector<float> xbytes(256);
+    Tensor* mm = g.mul_mat(g.leaf(Type::IQ2_XXS, {256, 2, 1, 1}, "w", wbytes.data()),
+                           g.leaf(Type::F32, {256, 1, 1, 1}, "x", xbytes.data()), "mm_iq2");
+    EXPECT_FALSE(be.supports_op(*mm));
+    Scheduler sched({&be}, nullptr);
+    try {
+        sched.allocate(g);
+        ADD_FAILURE() << "allocate() accepted an unsupported node";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("mm_iq2"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace

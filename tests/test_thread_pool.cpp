@@ -1,0 +1,201 @@
+// The CPU backend's thread pool: run() reaches every thread, barrier() separates
+// phases, exceptions come back to the caller, and many short runs neither
+// deadlock nor lose work.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/thread_pool.h"
+
+namespace {
+
+using kiln::cpu::ThreadPool;
+
+class ThreadPoolSizes : public ::testing::TestWithParam<int> {};
+
+TEST_P(ThreadPoolSizes, RunExecutesOnEveryThread) {
+    const int n = GetParam();
+    ThreadPool pool(n);
+    ASSERT_EQ(pool.size(), n);
+    std::vector<std::atomic<int>> calls(static_cast<size_t>(n));
+    std::vector<std::thread::id> ids(static_cast<size_t>(n));
+    std::atomic<int> bad_nth{0};
+    const auto caller = std::this_thread::get_id();
+    for (int rep = 0; rep < 3; ++rep) {
+        pool.run([&](int ith, int nth) {
+            if (nth != n || ith < 0 || ith >= n) {
+                bad_nth.fetch_add(1);
+                return;
+            }
+            calls[static_cast<size_t>(ith)].fetch_add(1);
+            ids[static_cast<size_t>(ith)] = std::this_thread::get_id();
+        });
+        // run() returns only when every thread is done: the counts are final here.
+        for (int i = 0; i < n; ++i) EXPECT_EQ(calls[static_cast<size_t>(i)].load(), rep + 1) << "thread " << i;
+    }
+    EXPECT_EQ(bad_nth.load(), 0);
+    // The caller is thread 0, the others are distinct threads.
+    EXPECT_EQ(ids[0], caller);
+    std::set<std::thread::id> distinct(ids.begin(), ids.end());
+    EXPECT_EQ(distinct.size(), static_cast<size_t>(n));
+}
+
+// Every thread adds to a counter in each phase. Before the barrier of phase p no
+// thread may have started phase p+1 (counter < n*(p+1) when a phase-p increment
+// happens); after it every thread has finished phase p (counter >= n*(p+1)).
+TEST_P(ThreadPoolSizes, BarrierOrdersPhases) {
+    const int n = GetParam();
+    ThreadPool pool(n);
+    constexpr int kPhases = 200;
+    std::atomic<int> counter{0};
+    std::atomic<int> early{0}, late{0};
+    pool.run([&](int, int nth) {
+        for (int p = 0; p < kPhases; ++p) {
+            const int before = counter.fetch_add(1, std::memory_order_acq_rel);
+            if (before >= nth * (p + 1)) late.fetch_add(1);  // someone ran ahead into phase p+1
+            pool.barrier();
+            if (counter.load(std::memory_order_acquire) < nth * (p + 1)) early.fetch_add(1);  // left too soon
+        }
+    });
+    EXPECT_EQ(counter.load(), n * kPhases);
+    EXPECT_EQ(early.load(), 0);
+    EXPECT_EQ(late.load(), 0);
+}
+
+// Data written before a barrier by one thread is visible to the others after it
+// (plain, non-atomic memory: the barrier must synchronise).
+TEST_P(ThreadPoolSizes, BarrierPublishesPlainWrites) {
+    const int n = GetParam();
+    ThreadPool pool(n);
+    constexpr int kPhases = 100;
+    std::vector<int> slots(static_cast<size_t>(n), 0);
+    std::atomic<int> wrong{0};
+    pool.run([&](int ith, int nth) {
+        for (int p = 1; p <= kPhases; ++p) {
+            slots[static_cast<size_t>(ith)] = p;
+            pool.barrier();
+            for (int j = 0; j < nth; ++j) {
+                if (slots[static_cast<size_t>(j)] != p) wrong.fetch_add(1);
+            }
+            pool.barrier();  // nobody overwrites a slot while another thread still reads it
+        }
+    });
+    EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST_P(ThreadPoolSizes, ExceptionInAWorkerIsRethrown) {
+    const int n = GetParam();
+    ThreadPool pool(n);
+    for (int thrower = 0; thrower < n; ++thrower) {
+        std::atomic<int> finished{0};
+        try {
+            pool.run([&](int ith, int) {
+                if (ith == thrower) throw std::runtime_error("boom from " + std::to_string(ith));
+                finished.fetch_add(1);
+            });
+            ADD_FAILURE() << "run() did not rethrow the exception of thread " << thrower;
+        } catch (const std::runtime_error& e) {
+            EXPECT_EQ(std::string(e.what()), "boom from " + std::to_string(thrower));
+        }
+        // The other threads finished their call before run() returned.
+        EXPECT_EQ(finished.load(), n - 1);
+    }
+    // Every thread throwing: exactly one exception comes back.
+    EXPECT_THROW(pool.run([](int, int) { throw std::logic_error("all"); }), std::logic_error);
+    // The pool still works (and does not rethrow a stale error).
+    std::atomic<int> calls{0};
+    EXPECT_NO_THROW(pool.run([&](int, int) { calls.fetch_add(1); }));
+    EXPECT_EQ(calls.load(), n);
+}
+
+TEST_P(ThreadPoolSizes, ManyShortRunsDoNotDeadlock) {
+    const int n = GetParam();
+    ThreadPool pool(n);
+    // Fewer under sanitizers would still be meaningful; 3000 runs take well under a second.
+    constexpr int kRuns = 3000;
+    std::atomic<long> sum{0};
+    for (int r = 0; r < kRuns; ++r) {
+        pool.run([&](int ith, int) {
+            sum.fetch_add(ith + 1, std::memory_order_relaxed);
+            if (r % 3 == 0) pool.barrier();  // some runs with a barrier, some without
+        });
+    }
+    EXPECT_EQ(sum.load(), static_cast<long>(kRuns) * n * (n + 1) / 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, ThreadPoolSizes, ::testing::Values(1, 2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& p) { return "n" + std::to_string(p.param); });
+
+TEST(ThreadPool, OneThreadRunsOnTheCaller) {
+    ThreadPool pool(1);
+    EXPECT_EQ(pool.size(), 1);
+    const auto caller = std::this_thread::get_id();
+    int calls = 0;
+    pool.run([&](int ith, int nth) {
+        EXPECT_EQ(ith, 0);
+        EXPECT_EQ(nth, 1);
+        EXPECT_EQ(std::this_thread::get_id(), caller);
+        pool.barrier();  // a no-op with one thread
+        ++calls;
+    });
+    EXPECT_EQ(calls, 1);
+    EXPECT_THROW(pool.run([](int, int) { throw std::runtime_error("x"); }), std::runtime_error);
+}
+
+TEST(ThreadPool, NonPositiveSizeMeansOneThread) {
+    ThreadPool a(0), b(-3);
+    EXPECT_EQ(a.size(), 1);
+    EXPECT_EQ(b.size(), 1);
+    int calls = 0;
+    a.run([&](int, int) { ++calls; });
+    EXPECT_EQ(calls, 1);
+}
+
+TEST(ThreadPool, CreateAndDestroyRepeatedly) {
+    // Pools that never ran, and pools destroyed right after a run, shut down cleanly.
+    for (int i = 0; i < 50; ++i) {
+        ThreadPool idle(3);
+        ThreadPool used(3);
+        std::atomic<int> calls{0};
+        used.run([&](int, int) { calls.fetch_add(1); });
+        EXPECT_EQ(calls.load(), 3);
+    }
+}
+
+TEST(ThreadPool, MoreThreadsThanCores) {
+    // Oversubscription: the barrier must yield rather than spin forever.
+    const int n = static_cast<int>(std::thread::hardware_concurrency()) * 2 + 3;
+    ThreadPool pool(n);
+    std::atomic<int> counter{0};
+    std::atomic<int> early{0};
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < 20; ++r) {
+        pool.run([&](int, int nth) {
+            for (int p = 0; p < 10; ++p) {
+                counter.fetch_add(1);
+                pool.barrier();
+                if (counter.load() < nth * (p + 1) + r * nth * 10) early.fetch_add(1);
+            }
+        });
+    }
+    EXPECT_EQ(counter.load(), 20 * 10 * n);
+    EXPECT_EQ(early.load(), 0);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+}
+
+TEST(ThreadPool, PhysicalCoresIsPositive) {
+    const int n = kiln::cpu::physical_cores();
+    EXPECT_GE(n, 1);
+    const unsigned logical = std::thread::hardware_concurrency();
+    if (logical) EXPECT_LE(n, static_cast<int>(logical));
+}
+
+}  // namespace
