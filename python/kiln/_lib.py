@@ -60,6 +60,16 @@ _SIGNATURES = {
     "kiln_kv_seq_pos_max": (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_int32]),
     "kiln_kv_used_cells": (ctypes.c_int32, [ctypes.c_void_p]),
     "kiln_perf_context": (PerfData, [ctypes.c_void_p]),
+    "kiln_tokenize": (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32),
+                                       ctypes.c_int32, ctypes.c_bool, ctypes.c_bool]),
+    "kiln_detokenize": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32, ctypes.c_char_p,
+                                         ctypes.c_int32, ctypes.c_bool, ctypes.c_bool]),
+    "kiln_token_to_piece": (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32, ctypes.c_bool]),
+    "kiln_token_bos": (ctypes.c_int32, [ctypes.c_void_p]),
+    "kiln_token_eos": (ctypes.c_int32, [ctypes.c_void_p]),
+    "kiln_token_is_eog": (ctypes.c_bool, [ctypes.c_void_p, ctypes.c_int32]),
+    "kiln_chat_apply_template_json": (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                                       ctypes.c_bool, ctypes.c_char_p, ctypes.c_int32]),
 }
 
 

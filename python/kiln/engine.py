@@ -1,6 +1,7 @@
 """Thin Python wrappers over the C API: models, contexts, decoding."""
 from __future__ import annotations
 
+import ctypes
 from typing import Sequence
 
 import numpy as np
@@ -29,9 +30,48 @@ class Model:
         n = self._lib.kiln_model_meta_val_str(self._h, key.encode(), None, 0)
         if n < 0:
             return None
-        buf = __import__("ctypes").create_string_buffer(n + 1)
+        buf = ctypes.create_string_buffer(n + 1)
         self._lib.kiln_model_meta_val_str(self._h, key.encode(), buf, n + 1)
         return buf.value.decode("utf-8", "replace")
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        n = self._lib.kiln_tokenize(self._h, data, len(data), None, 0, add_special, parse_special)
+        if n == -(2 ** 31):
+            raise KilnError(last_error())
+        n = abs(n)
+        buf = (ctypes.c_int32 * max(n, 1))()
+        got = self._lib.kiln_tokenize(self._h, data, len(data), buf, n, add_special, parse_special)
+        if got < 0:
+            raise KilnError(last_error())
+        return list(buf[:got])
+
+    def detokenize(self, tokens: Sequence[int], remove_special: bool = False, unparse_special: bool = False) -> str:
+        arr = (ctypes.c_int32 * max(len(tokens), 1))(*tokens)
+        n = self._lib.kiln_detokenize(self._h, arr, len(tokens), None, 0, remove_special, unparse_special)
+        if n < 0:
+            raise KilnError(last_error())
+        buf = ctypes.create_string_buffer(n + 1)
+        self._lib.kiln_detokenize(self._h, arr, len(tokens), buf, n + 1, remove_special, unparse_special)
+        return buf.raw[:n].decode("utf-8", "replace")
+
+    def token_eos(self) -> int:
+        return self._lib.kiln_token_eos(self._h)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._lib.kiln_token_is_eog(self._h, token))
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, template: str | None = None,
+                            extra: dict | None = None) -> str:
+        import json
+        args = (self._h, template.encode() if template else None, json.dumps(messages).encode(),
+                json.dumps(extra).encode() if extra else None, add_generation_prompt)
+        n = self._lib.kiln_chat_apply_template_json(*args, None, 0)
+        if n < 0:
+            raise KilnError(last_error())
+        buf = ctypes.create_string_buffer(n + 1)
+        self._lib.kiln_chat_apply_template_json(*args, buf, n + 1)
+        return buf.raw[:n].decode("utf-8")
 
     def close(self):
         if self._h:

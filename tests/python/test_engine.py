@@ -64,17 +64,27 @@ def gemma_ref(gemma_path):
     return ReferenceModel(gemma_path)
 
 
-def gemma_prompts(ref):
-    return [
-        ref.piece_ids(["<bos>", "The", "▁capital", "▁of", "▁France", "▁is"]),
-        ref.piece_ids(["<bos>", "Once", "▁upon", "▁a", "▁time", ",", "▁there", "▁was", "▁a", "▁little"]),
-        ref.piece_ids(["<bos>", "def", "▁fibonacci", "(", "n", "):", "\n", "▁▁▁", "▁if", "▁n"]),
-    ]
+GEMMA_TEXTS = ["The capital of France is", "Once upon a time, there was a little",
+               "def fibonacci(n):\n    if n"]
 
 
-def test_gemma3_matches_reference(gemma_path, gemma_ref):
-    model = Model(gemma_path)
-    for i, prompt in enumerate(gemma_prompts(gemma_ref)):
+@pytest.fixture(scope="module")
+def gemma_model(gemma_path):
+    return Model(gemma_path)
+
+
+def gemma_prompts(model):
+    """Prompts tokenized by kiln (with BOS), checked against the vocabulary pieces where known."""
+    return [model.tokenize(t) for t in GEMMA_TEXTS]
+
+
+def test_gemma3_tokenization_matches_vocabulary_pieces(gemma_model, gemma_ref):
+    assert gemma_prompts(gemma_model)[0] == gemma_ref.piece_ids(["<bos>", "The", "▁capital", "▁of", "▁France", "▁is"])
+
+
+def test_gemma3_matches_reference(gemma_model, gemma_ref):
+    model = gemma_model
+    for i, prompt in enumerate(gemma_prompts(model)):
         r = gemma_ref.logits(prompt)
         k = kiln_all_logits(model, prompt, "precise")
         kl, top1 = compare(r, k, f"gemma3 prompt {i} precise")
@@ -95,15 +105,40 @@ def greedy(model, prompt, n, **ctx_args):
     return out
 
 
-def test_gemma3_greedy_matches_reference_and_names_paris(gemma_path, gemma_ref):
-    model = Model(gemma_path)
-    for prompt in gemma_prompts(gemma_ref)[:2]:
+def test_gemma3_greedy_matches_reference(gemma_model, gemma_ref):
+    """16 greedy tokens equal the float64 reference's for several prompts."""
+    model = gemma_model
+    for prompt in gemma_prompts(model)[:2]:
         ours = greedy(model, prompt, 16)
         theirs = gemma_ref.greedy(prompt, 16)
-        print("kiln:", repr(gemma_ref.detokenize(ours)))
+        print("kiln:", repr(model.detokenize(prompt)), "->", repr(model.detokenize(ours)))
         assert ours == theirs
-    paris = greedy(model, gemma_prompts(gemma_ref)[0], 8)
-    assert "Paris" in gemma_ref.detokenize(paris)
+
+
+def test_gemma3_names_paris(gemma_model):
+    # The packaged model is the base (pretrained) Gemma 3 270M. Greedy after the bare
+    # "The capital of France is" it writes " the capital of the country of France. It is the
+    # largest city in France..." -- token for token what the float64 reference writes (see
+    # test_gemma3_greedy_matches_reference) -- so Paris is asked for the way a base model answers.
+    model = gemma_model
+    for text in ["Question: What is the capital of France?\nAnswer: The capital of France is",
+                 "The capital of France is the city of"]:
+        out = model.detokenize(greedy(model, model.tokenize(text), 6))
+        print(repr(text), "->", repr(out))
+        assert "Paris" in out
+
+
+def test_gemma3_chat_turn_matches_reference(gemma_model, gemma_ref):
+    """A chat turn formatted with the Gemma template decodes as the reference does. (The base model
+    does not follow chat turns well; instruction-tuned models are what -cnv is for.)"""
+    model = gemma_model
+    text = model.apply_chat_template([{"role": "user", "content": "Name three colors."}])
+    assert text == "<bos><start_of_turn>user\nName three colors.<end_of_turn>\n<start_of_turn>model\n"
+    prompt = model.tokenize(text, add_special=False, parse_special=True)
+    assert prompt[:2] == [2, 105]  # <bos>, <start_of_turn>: special tokens parsed, BOS not doubled
+    ours = greedy(model, prompt, 12)
+    print("chat answer:", repr(model.detokenize(ours)))
+    assert ours == gemma_ref.greedy(prompt, 12)
 
 
 def test_batched_sequences_equal_single(synth_models):
