@@ -195,7 +195,9 @@ TEST(ThreadPool, PhysicalCoresIsPositive) {
     const int n = kiln::cpu::physical_cores();
     EXPECT_GE(n, 1);
     const unsigned logical = std::thread::hardware_concurrency();
-    if (logical) EXPECT_LE(n, static_cast<int>(logical));
+    if (logical) {
+        EXPECT_LE(n, static_cast<int>(logical));
+    }
 }
 
 }  // namespace

@@ -136,6 +136,81 @@ void BpeModel::emit_fallback(const Vocab& vocab, std::string_view raw, std::vect
     }
 }
 
+// Both merge loops apply llama.cpp's order: the adjacent pair with the lowest
+// merge rank first, the leftmost among equal ranks. The linear one rescans the
+// (few) pairs of a short word each step, which beats heap upkeep there.
+void BpeModel::merge_linear(Workspace& ws) const {
+    auto& syms = ws.syms;
+    auto& rank = ws.pair_rank;
+    auto& result = ws.pair_result;
+    rank.resize(syms.size());
+    result.resize(syms.size());
+    // rank[l]: rank of the pair (l, next(l)), INT32_MAX if it cannot merge.
+    const auto set_pair = [&](int32_t l) {
+        rank[l] = INT32_MAX;
+        const int32_t r = syms[l].next;
+        if (r < 0 || syms[l].id < 0 || syms[r].id < 0) return;
+        if (const Merge* m = find_merge(syms[l].id, syms[r].id)) {
+            rank[l] = m->rank;
+            result[l] = m->result;
+        }
+    };
+    for (int32_t i = 0; i < static_cast<int32_t>(syms.size()); ++i) set_pair(i);
+    while (true) {
+        int32_t best = INT32_MAX, l = -1;
+        for (int32_t i = 0; i >= 0; i = syms[i].next) {
+            if (rank[i] < best) {
+                best = rank[i];
+                l = i;
+            }
+        }
+        if (l < 0) return;
+        Workspace::Sym& left = syms[l];
+        Workspace::Sym& right = syms[left.next];
+        left.id = result[l];
+        left.len += right.len;
+        right.len = 0;
+        left.next = right.next;
+        if (right.next >= 0) syms[right.next].prev = l;
+        set_pair(l);
+        if (left.prev >= 0) set_pair(left.prev);
+    }
+}
+
+void BpeModel::merge_heap(Workspace& ws) const {
+    auto& syms = ws.syms;
+    auto& heap = ws.heap;
+    heap.clear();
+    const auto later = [](const Workspace::Cand& x, const Workspace::Cand& y) {
+        return x.rank != y.rank ? x.rank > y.rank : x.left > y.left;
+    };
+    const auto try_pair = [&](int32_t l, int32_t r) {
+        if (l < 0 || r < 0 || syms[l].id < 0 || syms[r].id < 0) return;
+        const Merge* m = find_merge(syms[l].id, syms[r].id);
+        if (!m) return;
+        heap.push_back({m->rank, l, r, syms[l].id, syms[r].id, m->result});
+        std::push_heap(heap.begin(), heap.end(), later);
+    };
+    for (int32_t i = 0; i + 1 < static_cast<int32_t>(syms.size()); ++i) try_pair(i, i + 1);
+
+    while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        const Workspace::Cand c = heap.back();
+        heap.pop_back();
+        Workspace::Sym& l = syms[c.left];
+        Workspace::Sym& r = syms[c.right];
+        // Stale: one side was merged away or changed since the pair was queued.
+        if (l.len == 0 || r.len == 0 || l.id != c.left_id || r.id != c.right_id || l.next != c.right) continue;
+        l.id = c.result;
+        l.len += r.len;
+        r.len = 0;
+        l.next = r.next;
+        if (r.next >= 0) syms[r.next].prev = c.left;
+        try_pair(l.prev, c.left);
+        try_pair(c.left, l.next);
+    }
+}
+
 void BpeModel::encode_word(const Vocab& vocab, std::string_view word, Workspace& ws, std::vector<int32_t>& out) const {
     if (word.empty()) return;
     std::string_view as_token = word;
@@ -171,36 +246,10 @@ void BpeModel::encode_word(const Vocab& vocab, std::string_view word, Workspace&
     }
     syms.back().next = -1;
 
-    // Min-heap on (rank, left position): llama.cpp's merge order.
-    auto& heap = ws.heap;
-    heap.clear();
-    const auto later = [](const Workspace::Cand& x, const Workspace::Cand& y) {
-        return x.rank != y.rank ? x.rank > y.rank : x.left > y.left;
-    };
-    const auto try_pair = [&](int32_t l, int32_t r) {
-        if (l < 0 || r < 0 || syms[l].id < 0 || syms[r].id < 0) return;
-        const Merge* m = find_merge(syms[l].id, syms[r].id);
-        if (!m) return;
-        heap.push_back({m->rank, l, r, syms[l].id, syms[r].id});
-        std::push_heap(heap.begin(), heap.end(), later);
-    };
-    for (int32_t i = 0; i + 1 < static_cast<int32_t>(syms.size()); ++i) try_pair(i, i + 1);
-
-    while (!heap.empty()) {
-        std::pop_heap(heap.begin(), heap.end(), later);
-        const Workspace::Cand c = heap.back();
-        heap.pop_back();
-        Workspace::Sym& l = syms[c.left];
-        Workspace::Sym& r = syms[c.right];
-        // Stale: one side was merged away or grew since the pair was queued.
-        if (l.len == 0 || r.len == 0 || l.id != c.left_id || r.id != c.right_id || l.next != c.right) continue;
-        l.id = find_merge(c.left_id, c.right_id)->result;
-        l.len += r.len;
-        r.len = 0;
-        l.next = r.next;
-        if (r.next >= 0) syms[r.next].prev = c.left;
-        try_pair(l.prev, c.left);
-        try_pair(c.left, l.next);
+    if (syms.size() <= kLinearMax) {
+        merge_linear(ws);
+    } else {
+        merge_heap(ws);
     }
 
     for (int32_t i = 0; i >= 0; i = syms[i].next) {

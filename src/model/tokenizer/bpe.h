@@ -38,10 +38,11 @@ public:
             uint32_t begin, len;  // bytes of the raw word
         };
         struct Cand {
-            int32_t rank, left, right, left_id, right_id;
+            int32_t rank, left, right, left_id, right_id, result;
         };
         std::vector<Sym> syms;
         std::vector<Cand> heap;
+        std::vector<int32_t> pair_rank, pair_result;
         std::string encoded;
         WordCache cache;  // filled by the caller, per tokenize() call
     };
@@ -55,6 +56,10 @@ private:
         int32_t rank;
         int32_t result;
     };
+    static constexpr size_t kLinearMax = 24;  // words up to this many symbols merge by rescanning
+
+    void merge_linear(Workspace& ws) const;
+    void merge_heap(Workspace& ws) const;
     int32_t symbol(const Vocab& vocab, std::string_view text) const;  // -1 if unknown
     const Merge* find_merge(int32_t left, int32_t right) const;
     void emit_fallback(const Vocab& vocab, std::string_view raw, std::vector<int32_t>& out) const;

@@ -53,18 +53,46 @@ void SpmModel::encode(const Vocab& vocab, std::string_view text, Workspace& ws, 
     if (seg_start < text.size()) segment(text.substr(seg_start));
 }
 
-void SpmModel::encode_segment(const Vocab& vocab, std::string_view seg, Workspace& ws, std::vector<int32_t>& out) const {
+// Both merge loops apply llama.cpp's order: the adjacent pair forming the
+// highest-scoring token first, the leftmost among equal scores. The linear one
+// rescans the (few) pairs of a short segment each step instead of keeping a heap.
+void SpmModel::merge_linear(const Vocab& vocab, std::string_view seg, Workspace& ws) const {
     auto& syms = ws.syms;
-    syms.clear();
-    for (size_t pos = 0; pos < seg.size();) {
-        const size_t len = std::min(unicode::utf8_len(static_cast<uint8_t>(seg[pos])), seg.size() - pos);
-        const int32_t n = static_cast<int32_t>(syms.size());
-        syms.push_back({vocab.find(seg.substr(pos, len)), n - 1, n + 1, static_cast<uint32_t>(pos), static_cast<uint32_t>(len)});
-        pos += len;
+    auto& score = ws.pair_score;
+    auto& token = ws.pair_token;
+    score.resize(syms.size());
+    token.resize(syms.size());
+    // token[l]: the token (l, next(l)) would form, -1 if none.
+    const auto set_pair = [&](int32_t l) {
+        token[l] = -1;
+        const int32_t r = syms[l].next;
+        if (r < 0) return;
+        const int32_t id = vocab.find(seg.substr(syms[l].begin, syms[l].len + syms[r].len));
+        if (id < 0) return;
+        token[l] = id;
+        score[l] = vocab.scores[id];
+    };
+    for (int32_t i = 0; i < static_cast<int32_t>(syms.size()); ++i) set_pair(i);
+    while (true) {
+        int32_t l = -1;
+        for (int32_t i = 0; i >= 0; i = syms[i].next) {
+            if (token[i] >= 0 && (l < 0 || score[i] > score[l])) l = i;
+        }
+        if (l < 0) return;
+        Workspace::Sym& left = syms[l];
+        Workspace::Sym& right = syms[left.next];
+        left.id = token[l];
+        left.len += right.len;
+        right.len = 0;
+        left.next = right.next;
+        if (right.next >= 0) syms[right.next].prev = l;
+        set_pair(l);
+        if (left.prev >= 0) set_pair(left.prev);
     }
-    if (syms.empty()) return;
-    syms.back().next = -1;
+}
 
+void SpmModel::merge_heap(const Vocab& vocab, std::string_view seg, Workspace& ws) const {
+    auto& syms = ws.syms;
     // Max-heap: highest score first, then leftmost.
     auto& heap = ws.heap;
     heap.clear();
@@ -96,6 +124,25 @@ void SpmModel::encode_segment(const Vocab& vocab, std::string_view seg, Workspac
         if (r.next >= 0) syms[r.next].prev = c.left;
         try_pair(l.prev, c.left);
         try_pair(c.left, l.next);
+    }
+}
+
+void SpmModel::encode_segment(const Vocab& vocab, std::string_view seg, Workspace& ws, std::vector<int32_t>& out) const {
+    auto& syms = ws.syms;
+    syms.clear();
+    for (size_t pos = 0; pos < seg.size();) {
+        const size_t len = std::min(unicode::utf8_len(static_cast<uint8_t>(seg[pos])), seg.size() - pos);
+        const int32_t n = static_cast<int32_t>(syms.size());
+        syms.push_back({vocab.find(seg.substr(pos, len)), n - 1, n + 1, static_cast<uint32_t>(pos), static_cast<uint32_t>(len)});
+        pos += len;
+    }
+    if (syms.empty()) return;
+    syms.back().next = -1;
+
+    if (syms.size() <= kLinearMax) {
+        merge_linear(vocab, seg, ws);
+    } else {
+        merge_heap(vocab, seg, ws);
     }
 
     for (int32_t i = 0; i >= 0; i = syms[i].next) {

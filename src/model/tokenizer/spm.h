@@ -37,6 +37,8 @@ public:
         };
         std::vector<Sym> syms;
         std::vector<Cand> heap;
+        std::vector<float> pair_score;
+        std::vector<int32_t> pair_token;
         WordCache cache;  // segment -> ids, per tokenize() call
     };
 
@@ -44,7 +46,11 @@ public:
     void encode(const Vocab& vocab, std::string_view text, Workspace& ws, std::vector<int32_t>& out) const;
 
 private:
+    static constexpr size_t kLinearMax = 24;  // segments up to this many symbols merge by rescanning
+
     void encode_segment(const Vocab& vocab, std::string_view seg, Workspace& ws, std::vector<int32_t>& out) const;
+    void merge_linear(const Vocab& vocab, std::string_view seg, Workspace& ws) const;
+    void merge_heap(const Vocab& vocab, std::string_view seg, Workspace& ws) const;
 
     std::array<bool, 256> joins_space_{};    // some token has this byte right before U+2581
     std::array<int32_t, 256> byte_token_{};  // byte-fallback token per byte (-1: none)
