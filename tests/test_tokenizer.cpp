@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <random>
 #include <vector>
 
 #include "model/gguf.h"
@@ -294,69 +295,115 @@ TEST(Tokenizer, AddSpecial) {
 
 namespace {
 
-// Writes a copy of a vocab file's metadata with some keys replaced.
-std::string write_variant(const std::string& name, const std::map<std::string, kiln::gguf::Value>& changes) {
-    const auto src = kiln::gguf::File::open((vocab_dir() / (name + ".gguf")).string());
+using kiln::gguf::Value;
+using kiln::gguf::ValueType;
+
+// A small byte-level BPE vocabulary cut from gpt-2's (its first 3000 tokens,
+// which include all 256 byte symbols, and the merges among them), so the
+// metadata variants below are quick to write and load.
+struct TinyBpe {
+    std::vector<Value> tokens, types, merges;
+    TinyBpe() {
+        const auto src = kiln::gguf::File::open((vocab_dir() / "ggml-vocab-gpt-2.gguf").string());
+        const auto& all = src.get_array("tokenizer.ggml.tokens")->items;
+        std::map<std::string, int> keep;
+        for (int i = 0; i < 3000; ++i) {
+            keep[all[i].as_string("token")] = i;
+            tokens.push_back(all[i]);
+            types.push_back(Value::i32(1));
+        }
+        for (const Value& m : src.get_array("tokenizer.ggml.merges")->items) {
+            const std::string& t = m.as_string("merge");
+            const size_t sp = t.find(' ', 1);
+            if (keep.count(t.substr(0, sp)) && keep.count(t.substr(sp + 1)) && keep.count(t.substr(0, sp) + t.substr(sp + 1))) {
+                merges.push_back(m);
+            }
+        }
+    }
+};
+
+const TinyBpe& tiny_bpe() {
+    static const TinyBpe t;
+    return t;
+}
+
+// Writes a tiny byte-level BPE model with the given tokenizer.ggml.* overrides.
+std::string write_tiny(const std::map<std::string, Value>& changes) {
     kiln::gguf::Writer w;
-    for (const auto& kv : src.metadata()) {
-        if (kv.key == "general.alignment") continue;
-        auto it = changes.find(kv.key);
-        w.set(kv.key, it == changes.end() ? kv.value : it->second);
-    }
-    for (const auto& [k, v] : changes) {
-        if (!src.find(k)) w.set(k, v);
-    }
-    const fs::path out = fs::temp_directory_path() / ("kiln_tok_" + name + "_" + std::to_string(std::rand()) + ".gguf");
+    std::map<std::string, Value> kv = {
+        {"general.architecture", Value::str("gpt2")},
+        {"tokenizer.ggml.model", Value::str("gpt2")},
+        {"tokenizer.ggml.pre", Value::str("gpt-2")},
+        {"tokenizer.ggml.tokens", Value::array(ValueType::STRING, tiny_bpe().tokens)},
+        {"tokenizer.ggml.token_type", Value::array(ValueType::INT32, tiny_bpe().types)},
+        {"tokenizer.ggml.merges", Value::array(ValueType::STRING, tiny_bpe().merges)},
+        {"tokenizer.ggml.bos_token_id", Value::u32(0)},
+        {"tokenizer.ggml.eos_token_id", Value::u32(0)},
+        {"tokenizer.ggml.seperator_token_id", Value::u32(0)},
+        {"tokenizer.ggml.add_bos_token", Value::boolean(false)},
+    };
+    for (const auto& [k, v] : changes) kv[k] = v;
+    for (const auto& [k, v] : kv) w.set(k, v);
+    static const unsigned run = std::random_device{}();  // tests of parallel runs must not collide
+    static int counter = 0;
+    const fs::path out = fs::temp_directory_path() / ("kiln_tok_test_" + std::to_string(run) + "_" + std::to_string(counter++) + ".gguf");
     w.write(out.string());
     return out.string();
 }
 
-std::string load_error(const std::string& path) {
+// Loads a written variant (and deletes it); returns the error message, "" if it loaded.
+std::string load_error(const std::string& path, std::vector<int32_t>* ids = nullptr) {
+    std::string err;
     try {
         const auto f = kiln::gguf::File::open(path);
-        (void)Tokenizer::from_gguf(f);
+        const Tokenizer tok = Tokenizer::from_gguf(f);
+        if (ids) *ids = tok.tokenize("Hello, y'all! 3333 мир 我想 🦙\n\n  x", kPlain);
     } catch (const kiln::TokenizerError& e) {
-        fs::remove(path);
-        return e.what();
+        err = e.what();
     }
     fs::remove(path);
-    return "";
+    return err;
 }
 
 }  // namespace
 
-TEST(Tokenizer, UnknownPreIsAnError) {
-    const std::string err = load_error(write_variant("ggml-vocab-gpt-2", {{"tokenizer.ggml.pre", kiln::gguf::Value::str("no-such-pre")}}));
-    EXPECT_NE(err.find("no-such-pre"), std::string::npos) << err;
-    EXPECT_NE(err.find("tokenizer.ggml.pre"), std::string::npos) << err;
-    const std::string unsupported = load_error(write_variant("ggml-vocab-gpt-2", {{"tokenizer.ggml.pre", kiln::gguf::Value::str("kimi-k2")}}));
+TEST(Tokenizer, MetadataErrors) {
+    const std::string unknown = load_error(write_tiny({{"tokenizer.ggml.pre", Value::str("no-such-pre")}}));
+    EXPECT_NE(unknown.find("'no-such-pre'"), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find("tokenizer.ggml.pre"), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find(".gguf"), std::string::npos) << "the message names the file: " << unknown;
+    const std::string unsupported = load_error(write_tiny({{"tokenizer.ggml.pre", Value::str("kimi-k2")}}));
     EXPECT_NE(unsupported.find("not supported"), std::string::npos) << unsupported;
-    const std::string none = load_error(write_variant("ggml-vocab-gpt-2", {{"tokenizer.ggml.model", kiln::gguf::Value::str("none")}}));
+    const std::string none = load_error(write_tiny({{"tokenizer.ggml.model", Value::str("none")}}));
     EXPECT_NE(none.find("tokenizer.ggml.model"), std::string::npos) << none;
+    const std::string model = load_error(write_tiny({{"tokenizer.ggml.model", Value::str("no-such-model")}}));
+    EXPECT_NE(model.find("'no-such-model'"), std::string::npos) << model;
+    const std::string merges = load_error(write_tiny({{"tokenizer.ggml.merges", Value::str("oops")}}));
+    EXPECT_NE(merges.find("tokenizer.ggml.merges"), std::string::npos) << merges;
+    const std::string bos = load_error(write_tiny({{"tokenizer.ggml.add_bos_token", Value::boolean(true)},
+                                                   {"tokenizer.ggml.bos_token_id", Value::u32(999999)},
+                                                   {"tokenizer.ggml.pre", Value::str("chatglm-bpe")}}));
+    EXPECT_NE(bos.find("tokenizer.ggml.add_bos_token"), std::string::npos) << bos;
+    std::vector<Value> dup = tiny_bpe().tokens;
+    dup[5] = dup[4];
+    const std::string dups = load_error(write_tiny({{"tokenizer.ggml.tokens", Value::array(ValueType::STRING, dup)}}));
+    EXPECT_NE(dups.find("duplicate"), std::string::npos) << dups;
 }
 
-TEST(Tokenizer, KnownPreValuesCompile) {
-    // Every regex set llama.cpp knows must compile: load the gpt-2 vocab under each name.
-    for (const char* pre : {"default", "llama3", "llama-bpe", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "mpt",
-                            "starcoder", "refact", "command-r", "qwen2", "qwen35", "stablelm2", "olmo", "dbrx", "smaug-bpe",
-                            "poro-chat", "chatglm-bpe", "viking", "jais", "jais-2", "tekken", "smollm", "codeshell", "bloom",
-                            "gpt3-finnish", "exaone", "exaone-moe", "chameleon", "minerva-7b", "gpt-4o", "superbpe",
-                            "trillion", "bailingmoe", "seed-coder", "hunyuan", "tiny_aya", "granite-embed-multi-97m",
-                            "youtu", "spark2_5", "ufakzeka", "grok-2", "laguna", "minicpm5", "whitespace", "gemma4"}) {
-        const std::string path = write_variant("ggml-vocab-gpt-2", {{"tokenizer.ggml.pre", kiln::gguf::Value::str(pre)},
-                                                                    {"tokenizer.ggml.add_bos_token", kiln::gguf::Value::boolean(false)}});
-        std::string err;
-        try {
-            const auto f = kiln::gguf::File::open(path);
-            const Tokenizer tok = Tokenizer::from_gguf(f);
-            const std::string s = "Hello, y'all! 3333 мир 我想 🦙\n\n  x";
-            const auto ids = tok.tokenize(s, kPlain);
-            EXPECT_FALSE(ids.empty()) << pre;
-        } catch (const std::exception& e) {
-            err = e.what();
-        }
-        fs::remove(path);
+TEST(Tokenizer, EveryKnownPreValueLoads) {
+    // Every regex chain llama.cpp knows must compile and split text.
+    for (const char* pre : {"default", "llama3", "llama-v3", "llama-bpe", "falcon3", "deepseek-llm", "deepseek-coder",
+                            "deepseek-v3", "falcon", "mpt", "starcoder", "gpt-2", "phi-2", "refact", "command-r", "qwen2",
+                            "qwen35", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "chatglm-bpe", "glm4", "viking",
+                            "jais", "jais-2", "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "exaone4",
+                            "exaone-moe", "chameleon", "minerva-7b", "megrez", "gpt-4o", "llama4", "superbpe", "trillion",
+                            "granite-docling", "bailingmoe", "llada-moe", "seed-coder", "hunyuan", "hunyuan-dense", "tiny_aya",
+                            "granite-embed-multi-97m", "youtu", "spark2_5", "ufakzeka", "grok-2", "laguna", "minicpm5",
+                            "whitespace", "gemma4", "sarvam-moe", "roberta-bpe", "mellum2", "minimax-m2", "solar-open"}) {
+        std::vector<int32_t> ids;
+        const std::string err = load_error(write_tiny({{"tokenizer.ggml.pre", Value::str(pre)}}), &ids);
         EXPECT_EQ(err, "") << pre;
+        EXPECT_FALSE(ids.empty()) << pre;
     }
 }
 

@@ -85,11 +85,12 @@ int Scheduler::backend_of(const Tensor* node) const {
 }
 
 int Scheduler::home_backend(const Tensor* t) const {
-    if (t->op == Op::None) {
-        auto it = leaf_backend_.find(t);
+    const Tensor* root = memory_root(const_cast<Tensor*>(t));
+    if (root->op == Op::None) {
+        auto it = leaf_backend_.find(root);
         return it == leaf_backend_.end() ? static_cast<int>(backends_.size()) - 1 : it->second;
     }
-    auto it = node_backend_.find(memory_root(const_cast<Tensor*>(t)));
+    auto it = node_backend_.find(root);
     return it == node_backend_.end() ? static_cast<int>(backends_.size()) - 1 : it->second;
 }
 
@@ -134,12 +135,17 @@ void Scheduler::allocate(Graph& g) {
         }
         Split& sp = splits_.back();
         sp.nodes.push_back(n);
-        if (op_aliases_src0(n->op)) continue;
         for (auto& slot : n->src) {
             if (!slot) continue;
+            if (op_aliases_src0(n->op) && &slot == &n->src[0]) continue;
             const int hb = home_backend(slot);
             const bool reachable = hb == b || (backends_[static_cast<size_t>(b)]->is_host() && backends_[static_cast<size_t>(hb)]->is_host());
             if (reachable) continue;
+            if (memory_root(slot)->op == Op::None && !backends_[static_cast<size_t>(hb)]->is_host()) {
+                throw std::runtime_error("scheduler: " + std::string(op_name(n->op)) + " '" + n->name + "' on " +
+                                         std::string(backends_[static_cast<size_t>(b)]->name()) + " reads '" + slot->name +
+                                         "', which was placed in the memory of " + std::string(backends_[static_cast<size_t>(hb)]->name()));
+            }
             Tensor*& sh = shadow_of[slot];
             if (!sh) {
                 auto copy = std::make_unique<Tensor>(*slot);
@@ -180,6 +186,10 @@ void Scheduler::allocate(Graph& g) {
         const size_t off = plans[static_cast<size_t>(cpu)].alloc(in->nbytes());
         placed.push_back({in, {cpu, off}});
     }
+    std::unordered_map<const Tensor*, bool> keep;  // memory roots of outputs (views of them included)
+    for (Tensor* n : g.nodes()) {
+        if (n->is_output) keep[memory_root(n)] = true;
+    }
     std::vector<std::pair<size_t, Tensor*>> frees;  // (step, tensor) pending releases
     auto release_done = [&](size_t now) {
         for (auto it = frees.begin(); it != frees.end();) {
@@ -207,7 +217,7 @@ void Scheduler::allocate(Graph& g) {
                 where[n] = {sp.backend, off};
                 placed.push_back({n, {sp.backend, off}});
                 auto lu = last_use.find(n);
-                if (!n->is_output) frees.emplace_back(lu == last_use.end() ? step : lu->second, n);
+                if (!n->is_output && !keep.count(n)) frees.emplace_back(lu == last_use.end() ? step : lu->second, n);
             }
             ++step;
         }
@@ -230,7 +240,6 @@ void Scheduler::allocate(Graph& g) {
 }
 
 void Scheduler::compute(Graph& g) {
-    (void)g;
     std::vector<uint8_t> staging;
     for (Split& sp : splits_) {
         Backend& be = *backends_[static_cast<size_t>(sp.backend)];
@@ -258,6 +267,18 @@ void Scheduler::compute(Graph& g) {
             throw;
         }
         for (auto& [slot, shadow] : sp.src_rewrites) std::swap(*slot, shadow);
+    }
+    // Results the caller reads must be in host memory.
+    host_outputs_.clear();
+    for (Tensor* n : g.nodes()) {
+        if (!n->is_output) continue;
+        const int b = home_backend(n);
+        if (backends_[static_cast<size_t>(b)]->is_host()) continue;
+        if (!n->is_contiguous()) throw std::runtime_error("scheduler: output '" + n->name + "' on a device is not contiguous");
+        Buffer& buf = *arenas_[static_cast<size_t>(b)];
+        auto& host = host_outputs_.emplace_back(n->nbytes());
+        buf.read(static_cast<size_t>(static_cast<uint8_t*>(n->data) - static_cast<uint8_t*>(buf.base())), host.data(), host.size());
+        n->data = host.data();
     }
 }
 

@@ -31,6 +31,8 @@ public:
     // Assigns, allocates (graph inputs too, in host memory) and sets Tensor::data of every node.
     // After this, fill the graph's inputs, then call compute().
     void allocate(Graph& g);
+    // Runs the splits; outputs (Graph::mark_output) computed on a device are copied to host memory
+    // and their Tensor::data points there afterwards.
     void compute(Graph& g);
 
     // Bytes of intermediate-result memory each backend holds (after allocate()).
@@ -59,6 +61,7 @@ private:
     std::vector<Split> splits_;
     std::vector<std::unique_ptr<Tensor>> shadows_;
     std::vector<std::unique_ptr<Buffer>> arenas_;  // one per backend, grown as needed
+    std::vector<std::vector<uint8_t>> host_outputs_;  // outputs computed on devices, copied back
 };
 
 }  // namespace kiln

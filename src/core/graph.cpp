@@ -30,6 +30,11 @@ bool broadcastable(const Tensor* a, const Tensor* b) {
 }  // namespace
 
 Tensor* Graph::make(Op op, Type type, std::array<int64_t, 4> ne, std::string name) {
+    const int64_t block = traits(type).block_size;
+    if (ne[0] % block != 0) {
+        shape_error(op_name(op), "'" + name + "': rows of " + std::to_string(ne[0]) + " " + std::string(type_name(type)) +
+                                     " values are not whole blocks of " + std::to_string(block));
+    }
     Tensor& t = storage_.emplace_back();
     t.op = op;
     t.type = type;
@@ -112,6 +117,7 @@ Tensor* Graph::mul(Tensor* a, Tensor* b, std::string name) {
 }
 
 Tensor* Graph::scale(Tensor* a, float s, std::string name) {
+    require(a->type == Type::F32, "scale", shape_str(a) + " must be F32");
     Tensor* t = make(Op::Scale, Type::F32, a->ne, std::move(name));
     t->src[0] = a;
     t->fparams[0] = s;
@@ -146,6 +152,7 @@ Tensor* Graph::rope(Tensor* x, Tensor* pos, int n_dims, RopeMode mode, float fre
 }
 
 Tensor* Graph::silu(Tensor* a, std::string name) {
+    require(a->type == Type::F32, "silu", shape_str(a) + " must be F32");
     Tensor* t = make(Op::Silu, Type::F32, a->ne, std::move(name));
     t->src[0] = a;
     nodes_.push_back(t);
@@ -153,6 +160,7 @@ Tensor* Graph::silu(Tensor* a, std::string name) {
 }
 
 Tensor* Graph::gelu_tanh(Tensor* a, std::string name) {
+    require(a->type == Type::F32, "gelu_tanh", shape_str(a) + " must be F32");
     Tensor* t = make(Op::GeluTanh, Type::F32, a->ne, std::move(name));
     t->src[0] = a;
     nodes_.push_back(t);
@@ -160,6 +168,7 @@ Tensor* Graph::gelu_tanh(Tensor* a, std::string name) {
 }
 
 Tensor* Graph::swiglu(Tensor* gate, Tensor* up, std::string name) {
+    require(gate->type == Type::F32 && up->type == Type::F32, "swiglu", "operands must be F32");
     require(gate->ne == up->ne, "swiglu", shape_str(gate) + " and " + shape_str(up) + " differ");
     Tensor* t = make(Op::SwiGlu, Type::F32, gate->ne, std::move(name));
     t->src = {gate, up};
@@ -168,6 +177,7 @@ Tensor* Graph::swiglu(Tensor* gate, Tensor* up, std::string name) {
 }
 
 Tensor* Graph::geglu(Tensor* gate, Tensor* up, std::string name) {
+    require(gate->type == Type::F32 && up->type == Type::F32, "geglu", "operands must be F32");
     require(gate->ne == up->ne, "geglu", shape_str(gate) + " and " + shape_str(up) + " differ");
     Tensor* t = make(Op::GeGlu, Type::F32, gate->ne, std::move(name));
     t->src = {gate, up};

@@ -8,7 +8,6 @@ with Paris.
 """
 import math
 import os
-import pathlib
 import subprocess
 
 import numpy as np
@@ -16,8 +15,6 @@ import pytest
 from gguf import GGUFWriter
 
 from reference_model import ReferenceModel, attention_mask, kl_divergence, rope, top1_agreement
-
-HERE = pathlib.Path(__file__).resolve().parent
 
 
 # ------------------------------------------------------------------------ tiny models
@@ -307,12 +304,27 @@ def test_gemma3_hparams(gemma):
     assert abs(hp.attn_scale - 1 / 16) < 1e-15 and hp.final_softcap == 0.0
 
 
-def test_gemma3_paris(gemma):
-    prompt = gemma.piece_ids(["<bos>", "The", "\u2581capital", "\u2581of", "\u2581France", "\u2581is"])
-    assert prompt[0] == 2
+# Checked against llama.cpp (llama-cpp-python 0.3.36): with this Q4_K_M file llama.cpp greedily continues
+# "<bos>The capital of France is" with these same first 15 tokens (" the capital of the country of France.
+# It is the largest city in France") -- the bare prompt does not name Paris in llama.cpp either.
+BARE_PROMPT = ["<bos>", "The", "\u2581capital", "\u2581of", "\u2581France", "\u2581is"]
+BARE_GREEDY_15 = [506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506, 7488, 3207, 528, 7001]
+
+
+def test_gemma3_bare_prompt(gemma):
+    prompt = gemma.piece_ids(BARE_PROMPT)
+    assert prompt == [2, 818, 5279, 529, 7001, 563]  # llama.cpp's tokenization of "The capital of France is"
     lg = gemma.logits(prompt)
     assert lg.shape == (6, 262144) and np.isfinite(lg).all()
     np.testing.assert_allclose(gemma.logits(prompt[:3]), lg[:3], rtol=1e-10, atol=1e-8)
+    assert gemma.piece_ids(["\u2581Paris"])[0] in np.argsort(-lg[-1])[:3].tolist()
     ids = gemma.greedy(prompt, 16)
+    assert ids[:15] == BARE_GREEDY_15, gemma.detokenize(ids)
+
+
+def test_gemma3_paris(gemma):
+    prompt = gemma.piece_ids(["<bos>", "The", "\u2581capital", "\u2581of", "\u2581Germany", "\u2581is", "\u2581Berlin", ".",
+                              "\u2581The", "\u2581capital", "\u2581of", "\u2581France", "\u2581is"])
+    ids = gemma.greedy(prompt, 4)
     text = gemma.detokenize(ids)
-    assert "Paris" in text, text
+    assert text.startswith(" Paris"), text  # llama.cpp: " Paris. The capital of Italy is Rome."

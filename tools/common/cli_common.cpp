@@ -82,10 +82,16 @@ bool parse_command_line(CLI::App& app, const std::vector<std::string>& args, int
     }
 }
 
+CLI::Option* metavar(CLI::Option* o, const std::string& name) {
+    o->capture_default_str();
+    const std::string def = o->get_default_str();
+    return o->option_text(def.empty() ? name : name + " [" + def + "]");
+}
+
 void add_model_options(CLI::App& app, ModelArgs& a) {
-    app.add_option("-m,--model", a.path, "GGUF model file")->required()->option_text("FILE");
-    app.add_option("--n-gpu-layers,--gpu-layers", a.n_gpu_layers, "layers to offload to a GPU (-ngl)")
-        ->check(CLI::NonNegativeNumber)->option_text("N");
+    metavar(app.add_option("-m,--model", a.path, "GGUF model file")->required(), "FILE");
+    metavar(app.add_option("--n-gpu-layers,--gpu-layers", a.n_gpu_layers, "layers to offload to a GPU (-ngl)")
+        ->check(CLI::NonNegativeNumber), "N");
     app.add_flag("--mlock", a.mlock, "lock the weights in RAM");
     app.add_flag("--no-mmap", a.no_mmap, "read the file instead of mapping it");
 }
@@ -104,18 +110,18 @@ int32_t cache_type_id(const std::string& name) {
 }  // namespace
 
 void add_context_options(CLI::App& app, ContextArgs& a) {
-    app.add_option("-c,--ctx-size", a.n_ctx, "context size in tokens (0: the model's training context)")
-        ->check(CLI::NonNegativeNumber)->option_text("N");
-    app.add_option("-b,--batch-size", a.n_batch, "most tokens per decode call")->check(CLI::PositiveNumber)->option_text("N");
-    app.add_option("--ubatch-size", a.n_ubatch, "tokens per graph evaluation (-ub)")->check(CLI::PositiveNumber)->option_text("N");
-    app.add_option("-t,--threads", a.n_threads, "threads (0: the number of physical cores)")
-        ->check(CLI::NonNegativeNumber)->option_text("N");
-    app.add_option("--cache-type-k", a.cache_type_k, "K cache type (-ctk): f16, f32, bf16, q8_0")
-        ->check(CLI::IsMember(kCacheTypes, CLI::ignore_case))->option_text("TYPE");
-    app.add_option("--cache-type-v", a.cache_type_v, "V cache type (-ctv): f16, f32, bf16, q8_0")
-        ->check(CLI::IsMember(kCacheTypes, CLI::ignore_case))->option_text("TYPE");
-    app.add_option("--precision", a.precision, "matmul precision: auto, fast (8-bit activations), precise")
-        ->check(CLI::IsMember(kPrecisions, CLI::ignore_case))->option_text("MODE");
+    metavar(app.add_option("-c,--ctx-size", a.n_ctx, "context size in tokens (0: the model's training context)")
+        ->check(CLI::NonNegativeNumber), "N");
+    metavar(app.add_option("-b,--batch-size", a.n_batch, "most tokens per decode call")->check(CLI::PositiveNumber), "N");
+    metavar(app.add_option("--ubatch-size", a.n_ubatch, "tokens per graph evaluation (-ub)")->check(CLI::PositiveNumber), "N");
+    metavar(app.add_option("-t,--threads", a.n_threads, "threads (0: the number of physical cores)")
+        ->check(CLI::NonNegativeNumber), "N");
+    metavar(app.add_option("--cache-type-k", a.cache_type_k, "K cache type (-ctk): f16, f32, bf16, q8_0")
+        ->check(CLI::IsMember(kCacheTypes, CLI::ignore_case)), "TYPE");
+    metavar(app.add_option("--cache-type-v", a.cache_type_v, "V cache type (-ctv): f16, f32, bf16, q8_0")
+        ->check(CLI::IsMember(kCacheTypes, CLI::ignore_case)), "TYPE");
+    metavar(app.add_option("--precision", a.precision, "matmul precision: auto, fast (8-bit activations), precise")
+        ->check(CLI::IsMember(kPrecisions, CLI::ignore_case)), "MODE");
 }
 
 kiln_context_params context_params(const ContextArgs& a) {
@@ -132,17 +138,17 @@ kiln_context_params context_params(const ContextArgs& a) {
 }
 
 void add_sampling_options(CLI::App& app, SamplingArgs& a) {
-    app.add_option("--temp", a.temp, "temperature (<= 0: greedy)")->option_text("T");
-    app.add_option("--top-k", a.top_k, "top-k sampling (<= 0: off)")->option_text("N");
-    app.add_option("--top-p", a.top_p, "top-p sampling (1: off)")->check(CLI::Range(0.0f, 1.0f))->option_text("P");
-    app.add_option("--min-p", a.min_p, "min-p sampling (0: off)")->check(CLI::Range(0.0f, 1.0f))->option_text("P");
-    app.add_option("--typical", a.typical_p, "locally typical sampling (1: off)")->check(CLI::Range(0.0f, 1.0f))->option_text("P");
-    app.add_option("--repeat-penalty", a.repeat_penalty, "penalty for repeated tokens (1: off)")->option_text("X");
-    app.add_option("--repeat-last-n", a.repeat_last_n, "tokens the penalties look back over (0: off, -1: the context)")
-        ->check(CLI::Range(-1, INT32_MAX))->option_text("N");
-    app.add_option("--presence-penalty", a.presence_penalty, "presence penalty (0: off)")->option_text("X");
-    app.add_option("--frequency-penalty", a.frequency_penalty, "frequency penalty (0: off)")->option_text("X");
-    app.add_option("-s,--seed", a.seed, "random seed (-1: random)")->check(CLI::Range(int64_t{-1}, int64_t{UINT32_MAX}))->option_text("N");
+    metavar(app.add_option("--temp", a.temp, "temperature (<= 0: greedy)"), "T");
+    metavar(app.add_option("--top-k", a.top_k, "top-k sampling (<= 0: off)"), "N");
+    metavar(app.add_option("--top-p", a.top_p, "top-p sampling (1: off)")->check(CLI::Range(0.0f, 1.0f)), "P");
+    metavar(app.add_option("--min-p", a.min_p, "min-p sampling (0: off)")->check(CLI::Range(0.0f, 1.0f)), "P");
+    metavar(app.add_option("--typical", a.typical_p, "locally typical sampling (1: off)")->check(CLI::Range(0.0f, 1.0f)), "P");
+    metavar(app.add_option("--repeat-penalty", a.repeat_penalty, "penalty for repeated tokens (1: off)"), "X");
+    metavar(app.add_option("--repeat-last-n", a.repeat_last_n, "tokens the penalties look back over (0: off, -1: the context)")
+        ->check(CLI::Range(-1, INT32_MAX)), "N");
+    metavar(app.add_option("--presence-penalty", a.presence_penalty, "presence penalty (0: off)"), "X");
+    metavar(app.add_option("--frequency-penalty", a.frequency_penalty, "frequency penalty (0: off)"), "X");
+    metavar(app.add_option("-s,--seed", a.seed, "random seed (-1: random)")->check(CLI::Range(int64_t{-1}, int64_t{UINT32_MAX})), "N");
 }
 
 kiln_sampler_params sampler_params(const SamplingArgs& a) {
@@ -238,6 +244,8 @@ ContextPtr new_context(const kiln_model* model, const kiln_context_params& p) {
     return c;
 }
 
+bool stdin_is_terminal() { return KILN_ISATTY(KILN_FILENO(stdin)) != 0; }
+
 double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 std::string describe_model(const kiln_model* model) {
@@ -274,8 +282,9 @@ std::string read_file(const std::string& path) {
 std::vector<kiln_token> tokenize(const kiln_model* model, std::string_view text, bool add_special, bool parse_special) {
     if (text.size() > static_cast<size_t>(INT32_MAX)) throw ToolError("the text is too large to tokenize");
     const auto len = static_cast<int32_t>(text.size());
-    // A first guess that is right for almost all text avoids a second pass.
-    std::vector<kiln_token> tokens(text.size() + 2);
+    // Natural text averages 3-5 bytes per token: this guess almost always fits, so the
+    // text is tokenized once; when it does not, the call says how many are needed.
+    std::vector<kiln_token> tokens(text.size() / 2 + 16);
     int32_t n = kiln_tokenize(model, text.data(), len, tokens.data(), static_cast<int32_t>(tokens.size()), add_special, parse_special);
     if (n == INT32_MIN) fail_with_last_error("tokenization failed");
     if (n < 0) {
@@ -358,12 +367,14 @@ void print_rate(FILE* out, const char* label, double ms, int32_t n, const char* 
 
 }  // namespace
 
-void print_timings(FILE* out, const kiln_context* ctx, double total_ms) {
+void print_timings(FILE* out, const kiln_context* ctx, double total_ms, bool generation) {
     const kiln_perf_context_data p = kiln_perf_context(ctx);
     std::fprintf(out, "kiln: %-15s= %10.2f ms\n", "load time", p.t_load_ms);
     print_rate(out, "prompt eval", p.t_p_eval_ms, p.n_p_eval, "tokens");
-    print_rate(out, "generation", p.t_eval_ms, p.n_eval, "runs");
-    print_rate(out, "sampling time", p.t_sample_ms, p.n_sample, "runs");
+    if (generation) {
+        print_rate(out, "generation", p.t_eval_ms, p.n_eval, "runs");
+        print_rate(out, "sampling time", p.t_sample_ms, p.n_sample, "runs");
+    }
     std::fprintf(out, "kiln: %-15s= %10.2f ms / %5d tokens\n", "total time", total_ms, p.n_p_eval + p.n_eval);
 }
 

@@ -78,6 +78,10 @@ std::vector<std::string> translate_aliases(int argc, char** argv,
 // on a parse error throws ToolError. Returns true when the tool should run.
 bool parse_command_line(CLI::App& app, const std::vector<std::string>& args, int& exit_code);
 
+// Sets the help's value column to "METAVAR [default]" (CLI11's option_text
+// would otherwise hide the default).
+CLI::Option* metavar(CLI::Option* o, const std::string& name);
+
 struct ModelArgs {
     std::string path;
     int32_t n_gpu_layers = 0;
@@ -150,10 +154,14 @@ private:
     std::chrono::steady_clock::time_point t0_;
 };
 
-// The closing report: load, prompt eval, generation, sampling, total, KV/compute memory.
-void print_timings(FILE* out, const kiln_context* ctx, double total_ms);
+// The closing report: load, prompt eval, generation and sampling (unless the tool
+// generates nothing), total.
+void print_timings(FILE* out, const kiln_context* ctx, double total_ms, bool generation = true);
 void print_memory(FILE* out, const kiln_context* ctx);
 
 double mib(uint64_t bytes);
+
+// Whether stdin is a terminal (input read from a pipe is echoed so transcripts read well).
+bool stdin_is_terminal();
 
 }  // namespace kiln_tools

@@ -48,15 +48,15 @@ void add_options(CLI::App& app, Args& a) {
     kt::add_model_options(app, a.model);
     kt::add_context_options(app, a.ctx);
     kt::add_sampling_options(app, a.sampling);
-    auto* p = app.add_option("-p,--prompt", a.prompt, "prompt to start generation with")->option_text("TEXT");
+    auto* p = kt::metavar(app.add_option("-p,--prompt", a.prompt, "prompt to start generation with"), "TEXT");
     app.add_option("-f,--file", a.prompt_file, "read the prompt from FILE")->option_text("FILE")->excludes(p);
-    app.add_option("-n,--n-predict", a.n_predict, "tokens to generate (-1: until end of generation or the context is full)")
-        ->check(CLI::Range(-1, INT32_MAX))->option_text("N");
-    app.add_option("--keep", a.n_keep, "prompt tokens kept when the context shifts (-1: all; BOS is always kept)")
-        ->check(CLI::Range(-1, INT32_MAX))->option_text("N");
+    kt::metavar(app.add_option("-n,--n-predict", a.n_predict, "tokens to generate (-1: until end of generation or the context is full)")
+        ->check(CLI::Range(-1, INT32_MAX)), "N");
+    kt::metavar(app.add_option("--keep", a.n_keep, "prompt tokens kept when the context shifts (-1: all; BOS is always kept)")
+        ->check(CLI::Range(-1, INT32_MAX)), "N");
     app.add_flag("--conversation", a.conversation, "interactive chat with the model's chat template (-cnv)");
-    app.add_option("--system-prompt", a.system_prompt, "system message for the chat (-sys)")->option_text("TEXT");
-    app.add_option("--chat-template", a.chat_template_file, "Jinja chat template file (default: the model's)")->option_text("FILE");
+    kt::metavar(app.add_option("--system-prompt", a.system_prompt, "system message for the chat (-sys)"), "TEXT");
+    kt::metavar(app.add_option("--chat-template", a.chat_template_file, "Jinja chat template file (default: the model's)"), "FILE");
     app.add_flag("--no-display-prompt", a.no_display_prompt, "do not print the prompt before the generated text");
     app.add_flag("--ignore-eos", a.ignore_eos, "never end generation at end-of-generation tokens");
     app.add_flag("--special", a.special, "print control tokens' text (-sp)");
@@ -138,6 +138,7 @@ public:
             n_past_ += m;
         }
         for (const kiln_token t : tokens) kiln_sampler_accept(smpl_, t);
+        last_eval_ = tokens;
         return true;
     }
 
@@ -146,6 +147,10 @@ public:
     Stop generate(int32_t n_predict, bool keep_last, std::vector<kiln_token>& out) {
         kt::StreamDecoderPtr dec(kiln_stream_decoder_new(model_, a_.special));
         if (!dec) kt::fail_with_last_error("cannot create a stream decoder");
+        // A fresh decoder takes its first token as the start of the text and drops a
+        // SentencePiece leading space; fed the tokens before, it prints the reply as
+        // the continuation it is (" world", not "world").
+        for (const kiln_token t : last_eval_) kt::stream_push(dec.get(), t);
         Stop stop = Stop::Limit;
         for (int32_t n_gen = 0; n_predict < 0 || n_gen < n_predict;) {
             if (!eog_tokens_.empty()) {
@@ -216,6 +221,7 @@ private:
     int32_t n_batch_;
     kt::Batch batch_;
     std::vector<kiln_token> eog_tokens_;
+    std::vector<kiln_token> last_eval_;  // the tokens evaluated last, to prime the stream decoder
     int32_t n_past_ = 0;
     int32_t n_keep_ = 0;
     int shift_count_ = 0;
@@ -280,6 +286,8 @@ public:
 
     void run() {
         std::fprintf(stderr, "kiln-cli: chat: type a message and press Enter; /exit or end of input quits\n\n");
+        // A terminal shows what was typed; input from a pipe is echoed so the transcript reads as a dialogue.
+        const bool typed_on_terminal = kt::stdin_is_terminal();
         std::string first = a_.prompt;
         bool have_first = !first.empty();
         while (true) {
@@ -296,6 +304,7 @@ public:
                     break;
                 }
                 if (!line.empty() && line.back() == '\r') line.pop_back();
+                if (!typed_on_terminal) std::printf("%s\n", line.c_str());
                 if (line == "/exit") break;
                 if (line.empty()) continue;
             }
@@ -342,6 +351,17 @@ private:
         return formatted.substr(common);
     }
 
+    // The text of `reply` as it follows `before` (detokenized alone, its first
+    // SentencePiece space would be dropped as if it began the text).
+    std::string continuation(const std::vector<kiln_token>& before, const std::vector<kiln_token>& reply, bool special) const {
+        std::vector<kiln_token> all = before;
+        all.insert(all.end(), reply.begin(), reply.end());
+        const std::string head = kt::detokenize(model_, before, special);
+        const std::string whole = kt::detokenize(model_, all, special);
+        if (whole.compare(0, head.size(), head) == 0) return whole.substr(head.size());
+        return kt::detokenize(model_, reply, special);
+    }
+
     void turn(const std::string& user) {
         msgs_.push_back({"user", user});
         const std::string formatted = render(true);
@@ -369,8 +389,8 @@ private:
         std::fflush(stdout);
         if (stop == Stop::ContextFull) std::fprintf(stderr, "kiln-cli: reply cut: the context is full\n");
         prev_formatted_ = formatted;
-        reply_text_ = kt::detokenize(model_, reply, true);
-        msgs_.push_back({"assistant", kt::detokenize(model_, reply, false)});
+        reply_text_ = continuation(tokens, reply, true);
+        msgs_.push_back({"assistant", continuation(tokens, reply, false)});
     }
 
     const Args& a_;
@@ -387,7 +407,7 @@ private:
 int run(int argc, char** argv) {
     const kt::Stopwatch total;
     Args a;
-    CLI::App app{"kiln-cli: generate text or chat with a GGUF model"};
+    CLI::App app{"kiln-cli: generate text or chat with a GGUF model", "kiln-cli"};
     app.option_defaults()->always_capture_default();
     add_options(app, a);
     int exit_code = 0;

@@ -107,12 +107,12 @@ int run(int argc, char** argv) {
     const kt::Stopwatch total;
     Args a;
     a.ctx.n_ctx = 512;
-    CLI::App app{"kiln-perplexity: perplexity of a GGUF model on a text file (llama.cpp's method)"};
+    CLI::App app{"kiln-perplexity: perplexity of a GGUF model on a text file (llama.cpp's method)", "kiln-perplexity"};
     app.option_defaults()->always_capture_default();
     kt::add_model_options(app, a.model);
     kt::add_context_options(app, a.ctx);
-    app.add_option("-f,--file", a.text_file, "text to evaluate")->required()->option_text("FILE");
-    app.add_option("--chunks", a.n_chunks, "evaluate at most this many chunks (-1: all)")->check(CLI::Range(-1, INT32_MAX))->option_text("N");
+    kt::metavar(app.add_option("-f,--file", a.text_file, "text to evaluate")->required(), "FILE");
+    kt::metavar(app.add_option("--chunks", a.n_chunks, "evaluate at most this many chunks (-1: all)")->check(CLI::Range(-1, INT32_MAX)), "N");
     int exit_code = 0;
     if (!kt::parse_command_line(app, kt::translate_aliases(argc, argv, kAliases), exit_code)) return exit_code;
 
@@ -216,7 +216,7 @@ int run(int argc, char** argv) {
     const double tokens_evaluated = static_cast<double>(n_chunk) * n_ctx;
     std::fprintf(stderr, "\nkiln-perplexity: %d chunks of %d tokens, %lld tokens scored, %.2f s evaluating (%.2f tokens per second)\n",
                  n_chunk, n_ctx, static_cast<long long>(sums.count), t_eval_s, t_eval_s > 0 ? tokens_evaluated / t_eval_s : 0.0);
-    kt::print_timings(stderr, ctx.get(), total.ms());
+    kt::print_timings(stderr, ctx.get(), total.ms(), false);
     kt::print_memory(stderr, ctx.get());
     return 0;
 }

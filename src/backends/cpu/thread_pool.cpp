@@ -6,6 +6,10 @@
 #include <utility>
 
 namespace kiln::cpu {
+namespace {
+// Thrown by barrier() in the threads that did not fail, to unwind them; never escapes run().
+struct Aborted {};
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
     threads_.reserve(static_cast<size_t>(n_threads_ - 1));
@@ -34,9 +38,11 @@ void ThreadPool::worker(int ith) {
         }
         try {
             (*job)(ith, n_threads_);
+        } catch (const Aborted&) {
         } catch (...) {
             std::lock_guard<std::mutex> lock(error_mutex_);
             if (!error_) error_ = std::current_exception();
+            aborted_.store(true, std::memory_order_release);
         }
         pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
@@ -44,6 +50,8 @@ void ThreadPool::worker(int ith) {
 
 void ThreadPool::run(const std::function<void(int, int)>& fn) {
     error_ = nullptr;
+    aborted_.store(false, std::memory_order_relaxed);
+    barrier_count_.store(0, std::memory_order_relaxed);
     if (n_threads_ > 1) {
         pending_.store(n_threads_ - 1, std::memory_order_release);
         {
@@ -55,9 +63,11 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     }
     try {
         fn(0, n_threads_);
+    } catch (const Aborted&) {
     } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex_);
         if (!error_) error_ = std::current_exception();
+        aborted_.store(true, std::memory_order_release);
     }
     while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -74,6 +84,7 @@ void ThreadPool::barrier() {
     // Spin briefly (phases are short), then yield so an oversubscribed machine still progresses.
     int spins = 0;
     while (barrier_phase_.load(std::memory_order_acquire) == phase) {
+        if (aborted_.load(std::memory_order_acquire)) throw Aborted{};
         if (++spins > 2000) std::this_thread::yield();
     }
 }

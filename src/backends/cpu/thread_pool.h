@@ -25,7 +25,8 @@ public:
     // Runs fn(ith, nth) on every thread and returns when all are done. The first exception
     // thrown by any thread is rethrown here (the other threads finish their call first).
     void run(const std::function<void(int ith, int nth)>& fn);
-    // Waits until every thread of the current run() has reached the barrier.
+    // Waits until every thread of the current run() has reached the barrier. If another thread
+    // threw, it unwinds this one too (so one failing op cannot leave the others waiting forever).
     void barrier();
 
 private:
@@ -41,6 +42,7 @@ private:
     // Sense-reversing barrier.
     std::atomic<int> barrier_count_{0};
     std::atomic<uint32_t> barrier_phase_{0};
+    std::atomic<bool> aborted_{false};  // a thread threw: barriers release everyone
     std::exception_ptr error_;
     std::mutex error_mutex_;
 };

@@ -42,12 +42,15 @@ const std::array<std::string, 256>& byte_to_unicode() {
 }
 
 int unicode_to_byte(uint32_t cp) {
-    if (cp < 256) return byte_is_printable(static_cast<int>(cp)) ? static_cast<int>(cp) : -1;
-    uint32_t n = 256;
-    for (int b = 0; b < 256; ++b) {
-        if (!byte_is_printable(b) && n++ == cp) return b;
-    }
-    return -1;
+    // Inverse of byte_to_unicode(): the mapped code points all lie below U+0144.
+    static const std::array<int16_t, 0x144> table = [] {
+        std::array<int16_t, 0x144> t;
+        t.fill(-1);
+        uint32_t next = 256;
+        for (int b = 0; b < 256; ++b) t[byte_is_printable(b) ? static_cast<uint32_t>(b) : next++] = static_cast<int16_t>(b);
+        return t;
+    }();
+    return cp < table.size() ? table[cp] : -1;
 }
 
 BpeModel::BpeModel(const gguf::File& file, const Vocab& vocab) {

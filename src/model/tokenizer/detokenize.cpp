@@ -136,15 +136,17 @@ void Tokenizer::Impl::build_pieces() {
     }
 }
 
-std::string Tokenizer::token_to_piece(int32_t id, bool special) const {
-    const tok::Vocab& v = impl_->vocab;
-    if (!v.valid(id)) {
+const std::string& Tokenizer::Impl::piece(int32_t id, bool special) const {
+    static const std::string kEmpty;
+    if (!vocab.valid(id)) {
         throw TokenizerError("token id " + std::to_string(id) + " is out of range (vocabulary of " +
-                             std::to_string(v.n_tokens()) + ")");
+                             std::to_string(vocab.n_tokens()) + ")");
     }
-    if (!special && v.has(id, token_attr::Unknown | token_attr::Control)) return {};
-    return impl_->pieces[id];
+    if (!special && vocab.has(id, token_attr::Unknown | token_attr::Control)) return kEmpty;
+    return pieces[id];
 }
+
+std::string Tokenizer::token_to_piece(int32_t id, bool special) const { return impl_->piece(id, special); }
 
 std::string Tokenizer::detokenize(std::span<const int32_t> ids, const DetokenizeOptions& opts) const {
     const tok::Vocab& v = impl_->vocab;
@@ -157,24 +159,24 @@ std::string Tokenizer::detokenize(std::span<const int32_t> ids, const Detokenize
 
     std::string text;
     for (int32_t id : ids) {
-        std::string piece = token_to_piece(id, opts.unparse_special);
-        if (remove_space && !piece.empty() && piece.front() == ' ') piece.erase(0, 1);
+        std::string_view piece = impl_->piece(id, opts.unparse_special);
+        if (remove_space && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
         remove_space = false;  // only the first token, even if it printed nothing
         text += piece;
     }
     return opts.clean_spaces.value_or(v.clean_spaces) ? clean_up_spaces(text) : text;
 }
 
-StreamDecoder::StreamDecoder(const Tokenizer& tok, DetokenizeOptions opts) : tok_(&tok), opts_(opts) { reset(); }
+StreamDecoder::StreamDecoder(const Tokenizer& tok, DetokenizeOptions opts) : impl_(tok.impl_.get()), opts_(opts) { reset(); }
 
 void StreamDecoder::reset() {
     pending_.clear();
     first_ = true;
-    strip_space_ = opts_.remove_leading_space.value_or(tok_->add_space_prefix());
+    strip_space_ = opts_.remove_leading_space.value_or(impl_->vocab.add_space_prefix);
 }
 
 std::string StreamDecoder::push(int32_t id) {
-    const tok::Vocab& v = tok_->impl_->vocab;
+    const tok::Vocab& v = impl_->vocab;
     const bool first = first_;
     first_ = false;
     if (opts_.remove_special) {
@@ -186,8 +188,8 @@ std::string StreamDecoder::push(int32_t id) {
         }
         if (v.add_eos && id == v.eos) return {};
     }
-    std::string piece = tok_->token_to_piece(id, opts_.unparse_special);
-    if (strip_space_ && !piece.empty() && piece.front() == ' ') piece.erase(0, 1);
+    std::string_view piece = impl_->piece(id, opts_.unparse_special);
+    if (strip_space_ && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
     strip_space_ = false;
     pending_ += piece;
 

@@ -136,6 +136,24 @@ PreTokenizer::PreTokenizer(std::span<const std::string_view> regexes, const std:
     }
 }
 
+// Long matches (e.g. a run of 100k letters) need more than PCRE2's default
+// 32 KiB JIT stack; it grows on demand up to this.
+constexpr size_t kJitStackStart = 32 * 1024;
+constexpr size_t kJitStackMax = 256 * 1024 * 1024;
+
+struct PreTokenizer::MatchState {
+    pcre2_match_data* data = nullptr;
+    pcre2_match_context* context = nullptr;
+    pcre2_jit_stack* stack = nullptr;
+    ~MatchState() {
+        if (data) pcre2_match_data_free(data);
+        if (context) pcre2_match_context_free(context);
+        if (stack) pcre2_jit_stack_free(stack);
+    }
+};
+
+void PreTokenizer::MatchStateDeleter::operator()(MatchState* m) const { delete m; }
+
 PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
 PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;
 PreTokenizer::~PreTokenizer() = default;
@@ -181,12 +199,16 @@ void PreTokenizer::split(std::string_view input, Workspace& ws) const {
     }
 
     ws.pieces.assign(1, {0u, static_cast<uint32_t>(n)});
-    pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
-    if (!md) throw TokenizerError("pre-tokenizer: out of memory");
-    struct Guard {
-        pcre2_match_data* md;
-        ~Guard() { pcre2_match_data_free(md); }
-    } guard{md};
+    if (!ws.match) {
+        ws.match.reset(new MatchState);
+        ws.match->data = pcre2_match_data_create(1, nullptr);
+        ws.match->context = pcre2_match_context_create(nullptr);
+        ws.match->stack = pcre2_jit_stack_create(kJitStackStart, kJitStackMax, nullptr);
+        if (!ws.match->data || !ws.match->context) throw TokenizerError("pre-tokenizer: out of memory");
+        if (ws.match->stack) pcre2_jit_stack_assign(ws.match->context, nullptr, ws.match->stack);
+    }
+    pcre2_match_data* md = ws.match->data;
+    pcre2_match_context* mc = ws.match->context;
 
     for (const Compiled& re : regexes_) {
         ws.next.clear();
@@ -204,7 +226,7 @@ void PreTokenizer::split(std::string_view input, Workspace& ws) const {
                 len = ws.utf_offset[pe] - ws.utf_offset[pb];
             }
             // Converts a subject byte offset back to a code point index.
-            const auto to_cp = [&](size_t off) -> uint32_t {
+            const auto to_cp = [&, pb = pb, pe = pe](size_t off) -> uint32_t {
                 if (re.collapsed) return pb + static_cast<uint32_t>(off);
                 const uint32_t abs = ws.utf_offset[pb] + static_cast<uint32_t>(off);
                 return static_cast<uint32_t>(std::lower_bound(ws.utf_offset.begin() + pb, ws.utf_offset.begin() + pe + 1, abs) -
@@ -214,11 +236,13 @@ void PreTokenizer::split(std::string_view input, Workspace& ws) const {
             uint32_t opts = 0;
             while (start <= len) {
                 // The anchored retry after an empty match is rare and JIT code
-                // cannot anchor at match time; pcre2_match interprets it.
-                const int rc = re.jit && opts == 0
-                                   ? pcre2_jit_match(re.code, reinterpret_cast<PCRE2_SPTR>(subject), len, start, 0, md, nullptr)
-                                   : pcre2_match(re.code, reinterpret_cast<PCRE2_SPTR>(subject), len, start,
-                                                 opts | PCRE2_NO_UTF_CHECK, md, nullptr);
+                // cannot anchor at match time; pcre2_match interprets it, as it
+                // does a match too deep for the JIT stack.
+                const auto subj = reinterpret_cast<PCRE2_SPTR>(subject);
+                int rc = re.jit && opts == 0 ? pcre2_jit_match(re.code, subj, len, start, 0, md, mc) : PCRE2_ERROR_JIT_BADOPTION;
+                if (rc == PCRE2_ERROR_JIT_BADOPTION || rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+                    rc = pcre2_match(re.code, subj, len, start, opts | PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, mc);
+                }
                 if (rc == PCRE2_ERROR_NOMATCH) {
                     if (opts == 0) break;
                     // No non-empty match where the empty one was: move on one

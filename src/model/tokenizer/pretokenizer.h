@@ -29,8 +29,15 @@ public:
     PreTokenizer& operator=(PreTokenizer&&) noexcept;
     ~PreTokenizer();
 
+    // PCRE2 match data and JIT stack (opaque here).
+    struct MatchState;
+    struct MatchStateDeleter {
+        void operator()(MatchState* m) const;
+    };
+
     // Reusable buffers for split(); one per thread.
     struct Workspace {
+        std::unique_ptr<MatchState, MatchStateDeleter> match;
         std::vector<uint32_t> cps;
         std::vector<uint32_t> cp_offset;        // byte offset of each code point in text()
         std::string normalized;                 // the input re-encoded, when that changes it

@@ -156,7 +156,7 @@ public:
     void reset();
 
 private:
-    const Tokenizer* tok_;
+    const Tokenizer::Impl* impl_;  // stays put when the Tokenizer object is moved
     DetokenizeOptions opts_;
     std::string pending_;   // bytes of an unfinished character
     bool first_ = true;     // no token pushed yet

@@ -34,6 +34,9 @@ struct Tokenizer::Impl {
     // Tokens of a raw text fragment (no special-token handling).
     void encode_fragment(std::string_view text, bool space_prefix, Scratch& scratch, std::vector<int32_t>& out) const;
     void build_pieces();  // fills `pieces` (detokenize.cpp)
+    // The piece of a token; "" for control/unknown tokens unless `special`.
+    // Throws TokenizerError for ids outside the vocabulary.
+    const std::string& piece(int32_t id, bool special) const;
 };
 
 }  // namespace kiln

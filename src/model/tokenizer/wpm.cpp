@@ -37,7 +37,7 @@ void encode_word(const Vocab& vocab, const std::string& word, std::vector<int32_
             break;
         }
     }
-    if (out.size() == before) out.push_back(vocab.unk);
+    if (out.size() == before && vocab.unk != kNoToken) out.push_back(vocab.unk);
 }
 
 }  // namespace
