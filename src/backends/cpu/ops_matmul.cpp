@@ -4,7 +4,9 @@
 
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/ops.h"
+#include "core/float_convert.h"
 #include "core/quant.h"
+#include "core/quant_blocks.h"
 
 namespace kiln::cpu {
 
@@ -28,6 +30,19 @@ namespace {
 // Activations converted to the weight type's vec_dot_type live in scratch, one
 // row per activation row; F32 activations with F32 weights are used in place.
 bool needs_conversion(const Tensor& t) { return kernels(t.src[0]->type).vec_dot_type != Type::F32; }
+
+// Q8_1 carries each block's sum as s = fp16(d * sum(q)), which the *_1 formats use for their offset
+// term. The residual pass cannot fix the fp16 rounding of the first pass's s by itself, so its
+// blocks take over the whole remainder: s2 = exact block sum - s1.
+void fix_block_sums(const float* x, const uint8_t* q1, uint8_t* q2, int64_t K) {
+    const auto* b1 = reinterpret_cast<const block_q8_1*>(q1);
+    auto* b2 = reinterpret_cast<block_q8_1*>(q2);
+    for (int64_t b = 0; b < K / QK8_1; ++b) {
+        double sum = 0;
+        for (int j = 0; j < QK8_1; ++j) sum += x[b * QK8_1 + j];
+        b2[b].s = fp32_to_fp16(static_cast<float>(sum - static_cast<double>(fp16_to_fp32(b1[b].s))));
+    }
+}
 
 }  // namespace
 
@@ -82,7 +97,9 @@ void op_mul_mat(const Tensor& t, ComputeContext& ctx) {
             if (precise) {
                 dequantize_row(k.vec_dot_type, q1, resid, K);
                 for (int64_t j = 0; j < K; ++j) resid[j] = xr[j] - resid[j];
-                k.from_float(resid, ctx.scratch + (M + r) * xrow_bytes, K);
+                uint8_t* q2 = ctx.scratch + (M + r) * xrow_bytes;
+                k.from_float(resid, q2, K);
+                if (k.vec_dot_type == Type::Q8_1) fix_block_sums(xr, q1, q2, K);
             }
         }
         ctx.barrier();
