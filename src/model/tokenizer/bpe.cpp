@@ -55,6 +55,8 @@ int unicode_to_byte(uint32_t cp) {
 
 BpeModel::BpeModel(const gguf::File& file, const Vocab& vocab) {
     const gguf::Array* merges = file.get_array(kKeyMerges);
+    static const gguf::Array kNone{gguf::ValueType::STRING, {}};
+    if (!merges && vocab.pre == "kimi-k2") merges = &kNone;  // llama.cpp accepts Kimi-K2 files without merges
     if (!merges) throw TokenizerError(vocab.source + ": metadata key '" + std::string(kKeyMerges) + "': missing (needed by BPE)");
     if (merges->elem_type != gguf::ValueType::STRING) {
         throw TokenizerError(vocab.source + ": metadata key '" + std::string(kKeyMerges) + "': expected an array of strings");

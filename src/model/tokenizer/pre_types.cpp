@@ -53,11 +53,18 @@ constexpr R kDeepseekLlm[] = {
     R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)",
     R"(\p{N}+)",
 };
-constexpr R kDeepseek3[] = {
-    R"(\p{N}{1,3})",
-    kCjkKana,
-    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+)"
-    R"(| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+constexpr R kDeepseek3Main = R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+)"
+                              R"(| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr R kDeepseek3[] = {R"(\p{N}{1,3})", kCjkKana, kDeepseek3Main};
+// "\p{Han}+" and "\p{AFMoE_digits}" are llama.cpp's names for hand-written
+// splitters (custom_split.cpp), not regexes.
+constexpr R kKimiK2[] = {R"(\p{Han}+)"};
+constexpr R kAfmoe[] = {
+    R"(\p{AFMoE_digits})",
+    R"([\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{F900}-\x{FAFF}\x{3040}-\x{309F}\x{30A0}-\x{30FF}\x{FF65}-\x{FF9F})"
+    R"(\x{2F00}-\x{2FDF}\x{0E40}-\x{0E7F}\x{0E80}-\x{0EFF}\x{1780}-\x{17FF}\x{1000}-\x{109F}\x{AA60}-\x{AA7F})"
+    R"(\x{A9E0}-\x{A9FF}\x{AC00}-\x{D7AF}\x{1100}-\x{11FF}]+)",
+    kDeepseek3Main,
 };
 constexpr R kSpark25[] = {
     R"(\p{N}{1,3})",
@@ -242,8 +249,10 @@ constexpr Entry kEntries[] = {
     {"hunyuan-dense", kDeepseek3, kNoClean},
     {"hy_v4", kDeepseek3, kNoClean},
     {"joyai-llm", kDeepseek3, kNoClean},
+    {"kimi-k2", kKimiK2, kNoClean},
     {"ufakzeka", kUfakzeka, kNoClean},
     {"grok-2", kQwen2Set, kNoClean},
+    {"afmoe", kAfmoe, kNoClean},
     {"laguna", kLaguna, kNoClean},
     {"minimax-m2", kGpt4o, kNoClean},
     {"solar-open", kQwen2Set, kNoClean},
@@ -283,12 +292,6 @@ const PreTypeSpec* find_pre_type(std::string_view pre) {
         if (s.name == pre) return &s;
     }
     return nullptr;
-}
-
-// Values llama.cpp handles with hand-written splitters that kiln lacks; named
-// so the error can say "not supported" rather than "unknown".
-bool is_known_unsupported_pre_type(std::string_view pre) {
-    return pre == "kimi-k2" || pre == "afmoe";
 }
 
 }  // namespace kiln::tok

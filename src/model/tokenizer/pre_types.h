@@ -25,8 +25,4 @@ struct PreTypeSpec {
 // An empty value selects "default", as llama.cpp does.
 const PreTypeSpec* find_pre_type(std::string_view pre);
 
-// Values llama.cpp splits with hand-written code that kiln does not have
-// (kimi-k2, afmoe): known, but rejected with a "not supported" error.
-bool is_known_unsupported_pre_type(std::string_view pre);
-
 }  // namespace kiln::tok

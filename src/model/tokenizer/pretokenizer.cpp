@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "model/tokenizer/custom_split.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/unicode.h"
 
@@ -98,13 +99,15 @@ struct PreTokenizer::Compiled {
     pcre2_code* code = nullptr;
     bool jit = false;
     bool collapsed = false;  // runs on Workspace::collapsed (else on utf_subject)
+    CustomSplit custom = CustomSplit::None;  // hand-written step instead of a regex
 
     Compiled() = default;
-    Compiled(Compiled&& o) noexcept : code(o.code), jit(o.jit), collapsed(o.collapsed) { o.code = nullptr; }
+    Compiled(Compiled&& o) noexcept : code(o.code), jit(o.jit), collapsed(o.collapsed), custom(o.custom) { o.code = nullptr; }
     Compiled& operator=(Compiled&& o) noexcept {
         std::swap(code, o.code);
         jit = o.jit;
         collapsed = o.collapsed;
+        custom = o.custom;
         return *this;
     }
     ~Compiled() {
@@ -115,6 +118,11 @@ struct PreTokenizer::Compiled {
 PreTokenizer::PreTokenizer(std::span<const std::string_view> regexes, const std::string& what) {
     for (std::string_view re : regexes) {
         Compiled c;
+        c.custom = custom_split_for(re);
+        if (c.custom != CustomSplit::None) {
+            regexes_.push_back(std::move(c));
+            continue;
+        }
         c.collapsed = uses_categories(re);
         const std::string pattern = c.collapsed ? collapse_pattern(re, what) : std::string(re);
         // No \s/\d/\w Unicode semantics: like std::regex, they are ASCII-only;
@@ -212,6 +220,11 @@ void PreTokenizer::split(std::string_view input, Workspace& ws) const {
 
     for (const Compiled& re : regexes_) {
         ws.next.clear();
+        if (re.custom != CustomSplit::None) {
+            custom_split(re.custom, ws.cps, ws.pieces, ws.next);
+            std::swap(ws.pieces, ws.next);
+            continue;
+        }
         for (const auto& [pb, pe] : ws.pieces) {
             if (pb == pe) continue;
             // Subject = this piece only, so look-arounds and '$' stop at its

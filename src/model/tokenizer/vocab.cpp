@@ -69,12 +69,7 @@ private:
                 v_.pre = "gemma4";  // llama.cpp ignores the key for this model
             }
             const PreTypeSpec* spec = find_pre_type(v_.pre);
-            if (!spec) {
-                if (is_known_unsupported_pre_type(v_.pre)) {
-                    fail(kKeyPre, "pre-tokenizer '" + v_.pre + "' (hand-written splitter in llama.cpp) is not supported");
-                }
-                fail(kKeyPre, "unknown pre-tokenizer '" + v_.pre + "'");
-            }
+            if (!spec) fail(kKeyPre, "unknown pre-tokenizer '" + v_.pre + "'");
             v_.pre_spec = spec;
             v_.clean_spaces = spec->clean_spaces;
             v_.ignore_merges = spec->ignore_merges;
