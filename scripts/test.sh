@@ -37,7 +37,7 @@ tally_pytest() {
 LOG="$ROOT/build/logs"; mkdir -p "$LOG"
 
 echo "== release build"
-if cmake --preset release >"$LOG/release-configure.log" 2>&1 && cmake --build --preset release -j "$JOBS" >"$LOG/release-build.log" 2>&1; then
+if cmake --preset release -DPython3_EXECUTABLE="$KILN_PY" >"$LOG/release-configure.log" 2>&1 && cmake --build --preset release -j "$JOBS" >"$LOG/release-build.log" 2>&1; then
   count "release build" 0
   grep -E "warning:" "$LOG/release-build.log" | sort -u | head -20
   ctest --preset release -j "$JOBS" 2>&1 | tee "$LOG/release-ctest.log" | grep -vE "^ +[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed"
@@ -57,7 +57,7 @@ fi
 
 if [ "${KILN_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== debug build (ASan + UBSan)"
-  if cmake --preset debug >"$LOG/debug-configure.log" 2>&1 && cmake --build --preset debug -j "$JOBS" >"$LOG/debug-build.log" 2>&1; then
+  if cmake --preset debug -DPython3_EXECUTABLE="$KILN_PY" >"$LOG/debug-configure.log" 2>&1 && cmake --build --preset debug -j "$JOBS" >"$LOG/debug-build.log" 2>&1; then
     count "debug build" 0
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --preset debug -j "$JOBS" 2>&1 | tee "$LOG/debug-ctest.log" | grep -vE "^ +[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed"
