@@ -113,6 +113,7 @@ KILN_API void kiln_context_free(kiln_context* ctx);
 KILN_API uint32_t kiln_n_ctx(const kiln_context* ctx);
 KILN_API uint32_t kiln_n_batch(const kiln_context* ctx);
 KILN_API uint32_t kiln_n_seq_max(const kiln_context* ctx);
+KILN_API int32_t kiln_n_threads(const kiln_context* ctx);  /* threads the context computes with */
 KILN_API const kiln_model* kiln_get_model(const kiln_context* ctx);
 
 /* ---- Batches and decoding ---- */

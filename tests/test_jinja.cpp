@@ -284,3 +284,183 @@ TEST(Jinja, PathologicalInputsFailCleanly) {
   EXPECT_THROW(Template("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").render({}), Error);
   EXPECT_THROW(Template("{{ 'x'.center(100000000000) }}").render({}), Error);
 }
+
+// ---------------------------------------------------------------- reference cycles
+
+namespace {
+
+// probe(x, ...) remembers a weak reference to the heap object behind each argument,
+// so that a test can check that a render freed everything it built, cycles included.
+class Probe {
+ public:
+  Value function() {
+    auto seen = seen_;
+    return kiln::jinja::make_function("probe", [seen](const kiln::jinja::CallArgs& a) {
+      for (const auto& v : a.positional) {
+        if (v.list_ptr()) seen->emplace_back(v.list_ptr());
+        if (v.dict_ptr()) seen->emplace_back(v.dict_ptr());
+        if (v.callable_shared()) seen->emplace_back(v.callable_shared());
+        if (v.object_shared()) seen->emplace_back(v.object_shared());
+        if (v.iter_ptr()) seen->emplace_back(v.iter_ptr());
+      }
+      return Value("");
+    });
+  }
+  std::size_t seen() const { return seen_->size(); }
+  std::size_t alive() const {
+    std::size_t n = 0;
+    for (const auto& w : *seen_) n += w.expired() ? 0 : 1;
+    return n;
+  }
+
+ private:
+  std::shared_ptr<std::vector<std::weak_ptr<const void>>> seen_ =
+      std::make_shared<std::vector<std::weak_ptr<const void>>>();
+};
+
+// Renders src with probe() and returns the output; expects everything probed freed.
+std::string render_freed(const std::string& src, std::size_t probes, bool immutable = true) {
+  Probe probe;
+  std::string out;
+  {
+    Template t(src, {.immutable_sandbox = immutable});
+    out = t.render({{"probe", probe.function()}});
+  }
+  EXPECT_EQ(probe.seen(), probes) << src;
+  EXPECT_EQ(probe.alive(), 0u) << "render leaked a reference cycle: " << src;
+  return out;
+}
+
+}  // namespace
+
+TEST(Jinja, RenderFreesReferenceCycles) {
+  // A macro is held by the frame it closes over (every macro), at top level, in a
+  // macro call and in a loop body; an escaped macro still works after its loop.
+  EXPECT_EQ(render_freed("{% macro m() %}m{% endmacro %}{{ probe(m) }}{{ m() }}", 1), "m");
+  EXPECT_EQ(render_freed("{% macro outer(n) %}{% macro inner() %}{{ n }}{% endmacro %}{{ probe(inner) }}"
+                         "{{ inner() }}{% if n %}{{ outer(n - 1) }}{% endif %}{% endmacro %}{{ outer(2) }}",
+                         3),
+            "210");
+  EXPECT_EQ(render_freed("{% set ns = namespace() %}{% for i in [1, 2] %}{% macro m() %}m{% endmacro %}"
+                         "{% set ns.m = m %}{% endfor %}{{ probe(ns, ns.m) }}{{ ns.m() }}",
+                         2),
+            "m");
+  // Namespaces that lead back to themselves directly or through lists, dicts, dict
+  // views, loops, loop methods, cyclers and bound methods.
+  EXPECT_EQ(render_freed("{% set ns = namespace(a=[]) %}{% set x = ns %}{% set ns.self = ns %}{{ probe(ns) }}"
+                         "{{ ns.self.self.a }}",
+                         1),
+            "[]");
+  render_freed("{% set ns = namespace() %}{% set ns.l = [ns, {'k': (ns,)}] %}{{ probe(ns, ns.l) }}", 2);
+  render_freed("{% set ns = namespace(d={}) %}{% set ns.d = {'x': ns} %}{% set ns.v = ns.d.items() %}"
+               "{{ probe(ns.v) }}",
+               1);
+  EXPECT_EQ(render_freed("{% set ns = namespace() %}{% for x in [ns, 2] %}{% set ns.loop = loop %}"
+                         "{% set ns.c = loop.cycle %}{{ loop.changed(ns) }}{{ probe(loop, ns.c) }}{% endfor %}"
+                         "{{ ns.loop.length }}",
+                         4),
+            "TrueFalse2");
+  render_freed("{% set ns = namespace() %}{% set ns.c = cycler(ns, 1) %}{% set ns.n = ns.c.next %}"
+               "{{ probe(ns.c, ns.n) }}",
+               2);
+  render_freed("{% set ns = namespace(s='x') %}{% set ns.f = ns.s.upper %}{% set ns.d = {'n': ns} %}"
+               "{% set ns.g = ns.d.get %}{{ probe(ns.f, ns.g) }}",
+               2);
+  // caller() kept where its own frame can reach it.
+  EXPECT_EQ(render_freed("{% set ns = namespace() %}{% macro m() %}{% set ns.c = caller %}{{ caller() }}"
+                         "{% endmacro %}{% call m() %}hi{% endcall %}{{ probe(ns.c) }}{{ ns.c() }}",
+                         1),
+            "hihi");
+  // Lists and dicts put into themselves (the mutable sandbox allows it).
+  EXPECT_EQ(render_freed("{% set l = [] %}{{ l.append(l) }}{{ l.insert(0, [l]) }}{{ l.extend([l]) }}"
+                         "{% set d = {} %}{{ d.update({'d': d}) }}{{ d.setdefault('e', [d]) }}"
+                         "{% set m = [] %}{{ m.append(m.append) }}{{ probe(l, d, m) }}{{ l|length }}",
+                         3, false),
+            "NoneNoneNoneNone[{'d': {...}, 'e': [...]}]None3");
+  // Cycles built before an error are freed too.
+  Probe probe;
+  EXPECT_THROW(Template("{% macro m() %}{% endmacro %}{% set ns = namespace() %}{% set ns.s = ns %}"
+                        "{{ probe(m, ns) }}{{ raise_exception('stop') }}")
+                   .render({{"probe", probe.function()}, {"raise_exception", kiln::jinja::raise_exception_function()}}),
+               Error);
+  EXPECT_EQ(probe.seen(), 2u);
+  EXPECT_EQ(probe.alive(), 0u);
+}
+
+TEST(Jinja, RenderCollectsOnlyGarbage) {
+  // A context the render owns (an rvalue): its containers are freed when the
+  // template makes them cyclic.
+  Probe probe;
+  Template grow("{{ items.append(items) }}{{ probe(items) }}{{ items|length }}", {.immutable_sandbox = false});
+  EXPECT_EQ(grow.render({{"items", kiln::jinja::from_json(ojson::parse("[1]"))}, {"probe", probe.function()}}),
+            "None2");
+  EXPECT_EQ(probe.alive(), 0u);
+
+  // Values the caller still holds keep their contents, cycles included, along with
+  // what the render put into them.
+  kiln::jinja::Context ctx{{"items", kiln::jinja::from_json(ojson::parse("[1]"))}};
+  Template keep(
+      "{% set ns = namespace(n=1) %}{% set ns.self = ns %}{% macro m() %}{{ ns.n }}{% endmacro %}"
+      "{{ items.append(ns) }}{{ items.append(m) }}{{ items.append({'a': [2]}) }}{{ items.append(items) }}",
+      {.immutable_sandbox = false});
+  EXPECT_EQ(keep.render(ctx), "NoneNoneNoneNone");
+  const Value items = ctx.at("items");
+  ASSERT_EQ(items.items().size(), 5u);
+  const Value& ns = items.items()[1];
+  ASSERT_TRUE(ns.is_namespace());
+  EXPECT_EQ(ns.dict_ref().find(Value("self"))->dict_ptr(), ns.dict_ptr());
+  EXPECT_EQ(ns.dict_ref().find(Value("n"))->as_int(), 1);
+  EXPECT_TRUE(items.items()[2].is_callable());
+  EXPECT_EQ(kiln::jinja::py_repr(items.items()[3]), "{'a': [2]}");
+  EXPECT_EQ(items.items()[4].list_ptr(), items.list_ptr());
+  // A later render can still call the macro that escaped (its closure survived).
+  Template call("{{ items[2]() }}");
+  EXPECT_EQ(call.render(ctx), "1");
+  // The caller breaks the cycles it kept.
+  ns.dict_ref().clear();
+  items.items().clear();
+}
+
+TEST(Jinja, NestedRenderInCallable) {
+  Template inner("{% macro m(x) %}<{{ x }}>{% endmacro %}{{ m(v) }}");
+  Probe probe;
+  auto fn = kiln::jinja::make_function("inner", [&inner](const kiln::jinja::CallArgs& a) {
+    return Value(inner.render({{"v", a.positional.at(0)}}));
+  });
+  EXPECT_EQ(render_freed("", 0), "");
+  Template outer("{% set ns = namespace() %}{% set ns.s = ns %}{{ probe(ns) }}{{ inner(ns.s is defined) }}");
+  EXPECT_EQ(outer.render({{"inner", fn}, {"probe", probe.function()}}), "<True>");
+  EXPECT_EQ(probe.alive(), 0u);
+}
+
+TEST(Jinja, SelfReferencingValuesBehaveLikePython) {
+  // repr marks a container met inside itself, as Python does.
+  Template ns(
+      "{% set ns = namespace(a=1) %}{% set ns.self = ns %}{% set ns.l = [ns, {'k': (ns,)}] %}"
+      "{{ ns }}|{{ ns.l }}|{{ ns == ns }}|{{ ns.l == ns.l }}");
+  EXPECT_EQ(ns.render({}),
+            "<Namespace {'a': 1, 'self': <Namespace {...}>, 'l': [<Namespace {...}>, {'k': (<Namespace {...}>,)}]}>|"
+            "[<Namespace {'a': 1, 'self': <Namespace {...}>, 'l': [...]}>, {'k': (<Namespace {'a': 1, 'self': "
+            "<Namespace {...}>, 'l': [...]}>,)}]|True|True");
+  const TemplateOptions mutable_sandbox{.immutable_sandbox = false};
+  Template lists(
+      "{% set l = [1] %}{{ l.append(l) }}{{ l }}{% set d = {} %}{{ d.update({'d': d, 't': (d, l)}) }}{{ d }}|"
+      "{{ l == l }}|{{ l < l }}|{{ d == d }}|{{ [l] == [l] }}",
+      mutable_sandbox);
+  EXPECT_EQ(lists.render({}), "None[1, [...]]None{'d': {...}, 't': ({...}, [1, [...]])}|True|False|True|True");
+  // json.dumps' check_circular, and Python's RecursionError for comparisons that
+  // would never end.
+  try {
+    Template("{% set l = [1] %}{{ l.append(l) }}{{ l|tojson }}", mutable_sandbox).render({});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Circular reference detected"), std::string::npos) << e.what();
+  }
+  try {
+    Template("{% set a = [] %}{% set b = [] %}{{ a.append(a) }}{{ b.append(b) }}{{ a == b }}", mutable_sandbox)
+        .render({});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("maximum recursion depth exceeded"), std::string::npos) << e.what();
+  }
+}

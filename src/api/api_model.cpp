@@ -95,6 +95,7 @@ void kiln_context_free(kiln_context* ctx) { delete ctx; }
 uint32_t kiln_n_ctx(const kiln_context* c) { return c->ctx->n_ctx(); }
 uint32_t kiln_n_batch(const kiln_context* c) { return c->ctx->params().n_batch; }
 uint32_t kiln_n_seq_max(const kiln_context* c) { return c->ctx->params().n_seq_max; }
+int32_t kiln_n_threads(const kiln_context* c) { return c->ctx->n_threads(); }
 const kiln_model* kiln_get_model(const kiln_context* c) { return c->owner; }
 
 kiln_batch kiln_batch_init(int32_t n_tokens_max, int32_t n_seq_max) {

@@ -260,11 +260,11 @@ std::string describe_model(const kiln_model* model) {
 }
 
 std::string describe_context(const kiln_context* ctx, const ContextArgs& a) {
-    const std::string threads = a.n_threads > 0 ? std::to_string(a.n_threads) : "auto (physical cores)";
     char buf[512];
-    std::snprintf(buf, sizeof buf, "threads = %s | n_ctx = %u | n_batch = %u | n_ubatch = %d | KV cache K %s, V %s | precision %s",
-                  threads.c_str(), kiln_n_ctx(ctx), kiln_n_batch(ctx), std::min(a.n_ubatch, a.n_batch), a.cache_type_k.c_str(),
-                  a.cache_type_v.c_str(), a.precision.c_str());
+    std::snprintf(buf, sizeof buf,
+                  "threads = %d | n_ctx = %u | n_batch = %u | n_ubatch = %d | KV cache K %s, V %s, %.2f MiB | precision %s",
+                  kiln_n_threads(ctx), kiln_n_ctx(ctx), kiln_n_batch(ctx), std::min(a.n_ubatch, a.n_batch),
+                  a.cache_type_k.c_str(), a.cache_type_v.c_str(), mib(kiln_kv_bytes(ctx)), a.precision.c_str());
     return buf;
 }
 

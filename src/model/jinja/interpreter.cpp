@@ -21,6 +21,15 @@ class MacroCallable : public Callable {
   std::string repr() const override {
     return def_->name.empty() ? "<Macro anonymous>" : "<Macro '" + def_->name + "'>";
   }
+  // The closure frame usually holds this macro: a cycle the render's GcHeap frees.
+  void gc_trace(GcVisitor& v) const override {
+    v.frame(closure_);
+    v.value(caller_);
+  }
+  void gc_clear() override {
+    closure_.reset();
+    caller_ = Value();
+  }
 
  private:
   const MacroDef* def_;
@@ -35,6 +44,8 @@ class LoopMethod : public Callable {
   LoopMethod(std::shared_ptr<LoopObject> loop, std::string name) : loop_(std::move(loop)), name_(std::move(name)) {}
   Value call(Interpreter& interp, CallArgs& args) override;
   std::string repr() const override { return "<bound method LoopContext." + name_ + ">"; }
+  void gc_trace(GcVisitor& v) const override { v.object(loop_); }
+  void gc_clear() override { loop_.reset(); }
 
  private:
   std::shared_ptr<LoopObject> loop_;
@@ -77,6 +88,17 @@ class LoopObject : public Object, public Callable, public std::enable_shared_fro
   }
   const char* type_name() const override { return "LoopContext"; }
   Callable* as_callable() override { return this; }
+  // (Overrides both Object's and Callable's.)
+  void gc_trace(GcVisitor& v) const override {
+    v.values(items_);
+    v.frame(frame_);
+    v.value(last_changed_);
+  }
+  void gc_clear() override {
+    ValueList().swap(items_);
+    frame_.reset();
+    last_changed_ = Value();
+  }
 
   // loop(iterable) in a recursive loop
   Value call(Interpreter& interp, CallArgs& args) override {
@@ -129,6 +151,13 @@ Interpreter::Interpreter(const EnvironmentOptions& options, std::unordered_map<s
   root_->vars = std::move(variables);
 }
 
+Interpreter::~Interpreter() {
+  // Let go of the render's frames first: what is left of them afterwards is held
+  // only by cycles (macros closed over them) or by values that outlive the render.
+  root_.reset();
+  heap_.collect();
+}
+
 void Interpreter::enter_call() {
   char marker;
   auto here = reinterpret_cast<std::uintptr_t>(&marker);
@@ -140,6 +169,7 @@ void Interpreter::enter_call() {
 }
 
 std::string Interpreter::render(const Body& body) {
+  GcScope gc_scope(heap_);
   char marker;
   stack_base_ = reinterpret_cast<std::uintptr_t>(&marker);
   std::string out;
@@ -310,6 +340,7 @@ void Interpreter::assign(const Expr& target, const Value& value, Frame& frame) {
       const Value* ns = frame.lookup(r.name);
       if (!ns || !ns->is_namespace())
         throw Error(Error::Kind::Runtime, "cannot assign attribute on non-namespace object");
+      gc_adopt(*ns);
       ns->dict_ref().set(Value(r.attr), value);
       return;
     }

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "model/jinja/ast.h"
+#include "model/jinja/gc.h"
 #include "model/jinja/value.h"
 
 namespace kiln::jinja {
@@ -39,6 +40,10 @@ struct Frame {
 class Interpreter {
  public:
   Interpreter(const EnvironmentOptions& options, std::unordered_map<std::string, Value> variables);
+  // Frees the reference cycles the render left (see gc.h).
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   std::string render(const Body& body);
 
@@ -76,6 +81,7 @@ class Interpreter {
   Value slice(const Value& obj, const SliceExpr& s, const std::shared_ptr<Frame>& frame);
   std::string render_block(const Body& body, const std::shared_ptr<Frame>& frame);
 
+  GcHeap heap_;  // what the render created; collected when the interpreter goes away
   EnvironmentOptions options_;
   std::shared_ptr<Frame> root_;
   int line_ = 0;

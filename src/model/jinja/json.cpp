@@ -110,6 +110,7 @@ class Dumper {
           out += "[]";
           return;
         }
+        Marker marker(*this, &items);
         out.push_back('[');
         for (std::size_t i = 0; i < items.size(); ++i) {
           if (i) out += o_.item_separator;
@@ -126,6 +127,7 @@ class Dumper {
           out += "{}";
           return;
         }
+        Marker marker(*this, &d);
         std::vector<const std::pair<Value, Value>*> entries;
         for (const auto& e : d.entries()) entries.push_back(&e);
         if (o_.sort_keys)
@@ -153,12 +155,30 @@ class Dumper {
   }
 
  private:
+  // Python's check_circular: a list or dict met again inside itself (mutable
+  // sandbox) is a ValueError instead of endless recursion.
+  class Marker {
+   public:
+    Marker(Dumper& d, const void* container) : d_(d) {
+      for (const void* p : d_.active_)
+        if (p == container) throw Error(Error::Kind::Type, "Circular reference detected");
+      d_.active_.push_back(container);
+    }
+    ~Marker() { d_.active_.pop_back(); }
+    Marker(const Marker&) = delete;
+    Marker& operator=(const Marker&) = delete;
+
+   private:
+    Dumper& d_;
+  };
+
   void newline(std::string& out, int level) {
     if (!o_.has_indent) return;
     out.push_back('\n');
     for (int i = 0; i < level; ++i) out += o_.indent;
   }
   const JsonDumpOptions& o_;
+  std::vector<const void*> active_;  // containers being dumped
 };
 
 }  // namespace

@@ -418,6 +418,7 @@ Value dict_method(const Value& self, const std::string& name, const CallArgs& ar
     return Value::none();
   }
   if (name == "pop" || name == "setdefault") {
+    if (name == "setdefault") gc_adopt(self);
     ArgBinder b(args, name, {"key", "default"});
     if (!b.has(0)) value_error(name + " expected at least 1 argument, got 0");
     if (const Value* v = d.find(b.get(0))) {
@@ -434,6 +435,7 @@ Value dict_method(const Value& self, const std::string& name, const CallArgs& ar
     return b.get(1);
   }
   if (name == "update") {
+    gc_adopt(self);
     if (args.positional.size() > 1) value_error("update expected at most 1 argument");
     if (!args.positional.empty()) {
       const Value& o = args.positional[0];
@@ -497,6 +499,7 @@ Value list_method(const Value& self, const std::string& name, const CallArgs& ar
     items.erase(items.begin() + i);
     return r;
   }
+  if (name == "append" || name == "extend" || name == "insert") gc_adopt(self);
   if (name == "append") {
     ArgBinder b(args, name, {"object"});
     if (!b.has(0)) value_error("append() takes exactly one argument (0 given)");
@@ -548,6 +551,8 @@ class BoundMethod : public Callable {
   std::string repr() const override {
     return "<built-in method " + name_ + " of " + self_.type_name() + " object>";
   }
+  void gc_trace(GcVisitor& v) const override { v.value(self_); }
+  void gc_clear() override { self_ = Value(); }
 
  private:
   Value self_;
@@ -630,6 +635,8 @@ class Cycler : public Object, public std::enable_shared_from_this<Cycler> {
   Value get_attr(const std::string& name) override;
   std::string repr() const override { return "<Cycler>"; }
   const char* type_name() const override { return "Cycler"; }
+  void gc_trace(GcVisitor& v) const override { v.values(items_); }
+  void gc_clear() override { ValueList().swap(items_); }
   Value current() const { return items_[pos_]; }
   Value next() {
     Value v = items_[pos_];
@@ -653,6 +660,8 @@ class CyclerMethod : public Callable {
     return Value::none();
   }
   std::string repr() const override { return "<bound method Cycler." + name_ + ">"; }
+  void gc_trace(GcVisitor& v) const override { v.object(c_); }
+  void gc_clear() override { c_.reset(); }
 
  private:
   std::shared_ptr<Cycler> c_;

@@ -30,11 +30,13 @@ Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
-std::string Template::render(const Context& context) const {
+std::string Template::render(const Context& context) const { return render(Context(context)); }
+
+std::string Template::render(Context&& context) const {
   EnvironmentOptions env;
   env.immutable_sandbox = impl_->options.immutable_sandbox;
   env.tojson = impl_->options.tojson;
-  Interpreter interp(env, std::unordered_map<std::string, Value>(context.begin(), context.end()));
+  Interpreter interp(env, std::move(context));
   try {
     return interp.render(impl_->body);
   } catch (const Error&) {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "model/jinja/gc.h"
+
 namespace kiln::jinja {
 
 // ---------------------------------------------------------------- Error
@@ -78,12 +80,14 @@ Value::Value(std::string s, bool markup) : kind_(Kind::String), flag_(markup) {
 Value Value::list(ValueList items) {
   Value v(Kind::List);
   v.list_ = std::make_shared<ValueList>(std::move(items));
+  gc_track(v.list_);
   return v;
 }
 
 Value Value::tuple(ValueList items) {
   Value v(Kind::Tuple);
   v.list_ = std::make_shared<ValueList>(std::move(items));
+  gc_track(v.list_);
   return v;
 }
 
@@ -92,24 +96,28 @@ Value Value::dict() { return dict(std::make_shared<Dict>()); }
 Value Value::dict(std::shared_ptr<Dict> d) {
   Value v(Kind::Dict);
   v.dict_ = std::move(d);
+  gc_track(v.dict_);
   return v;
 }
 
 Value Value::namespace_(std::shared_ptr<Dict> d) {
   Value v(Kind::Namespace);
   v.dict_ = std::move(d);
+  gc_track(v.dict_);
   return v;
 }
 
 Value Value::callable(std::shared_ptr<Callable> c) {
   Value v(Kind::Callable);
   v.callable_ = std::move(c);
+  gc_track(v.callable_);
   return v;
 }
 
 Value Value::object(std::shared_ptr<Object> o) {
   Value v(Kind::Object);
   v.object_ = std::move(o);
+  gc_track(v.object_);
   return v;
 }
 
@@ -120,6 +128,7 @@ Value Value::iterator(IterFlavor flavor, std::vector<Value> items, std::string t
   v.iter_->items = std::move(items);
   v.iter_->type_name = std::move(type_name);
   v.iter_->origin = std::move(origin);
+  gc_track(v.iter_);
   return v;
 }
 
@@ -505,7 +514,39 @@ std::string py_string_repr(std::string_view s) {
 
 static void repr_into(std::string& out, const Value& v);
 
+namespace {
+
+// The lists, tuples and dicts whose repr is being built on this thread: like
+// Python's Py_ReprEnter, a container met again inside itself (a namespace or, in
+// the mutable sandbox, a list or dict that holds itself) prints as [...], (...)
+// or {...} instead of recursing forever.
+thread_local std::vector<const void*> t_repr_active;
+
+class ReprGuard {
+ public:
+  explicit ReprGuard(const void* container) {
+    for (const void* p : t_repr_active) recursive_ = recursive_ || p == container;
+    if (!recursive_) t_repr_active.push_back(container);
+  }
+  ~ReprGuard() {
+    if (!recursive_) t_repr_active.pop_back();
+  }
+  ReprGuard(const ReprGuard&) = delete;
+  ReprGuard& operator=(const ReprGuard&) = delete;
+  bool recursive() const { return recursive_; }
+
+ private:
+  bool recursive_ = false;
+};
+
+}  // namespace
+
 static void dict_repr_into(std::string& out, const Dict& d) {
+  ReprGuard guard(&d);
+  if (guard.recursive()) {
+    out += "{...}";
+    return;
+  }
   out.push_back('{');
   bool first = true;
   for (const auto& [k, val] : d.entries()) {
@@ -533,6 +574,11 @@ static void repr_into(std::string& out, const Value& v) {
     case Kind::List:
     case Kind::Tuple: {
       bool tuple = v.is_tuple();
+      ReprGuard guard(v.list_ptr().get());
+      if (guard.recursive()) {
+        out += tuple ? "(...)" : "[...]";
+        return;
+      }
       out.push_back(tuple ? '(' : '[');
       const auto& items = v.items();
       for (std::size_t i = 0; i < items.size(); ++i) {
@@ -607,6 +653,28 @@ std::string py_str(const Value& v) {
 
 // ---------------------------------------------------------------- comparisons
 
+namespace {
+
+// Nesting depth of the list/tuple/dict comparisons running on this thread: two
+// distinct containers that hold themselves (mutable sandbox) would otherwise
+// compare forever; Python raises RecursionError there.
+constexpr int kMaxCompareDepth = 500;
+thread_local int t_compare_depth = 0;
+
+class CompareDepth {
+ public:
+  CompareDepth() {
+    if (t_compare_depth >= kMaxCompareDepth)
+      throw Error(Error::Kind::Runtime, "maximum recursion depth exceeded in comparison");
+    ++t_compare_depth;
+  }
+  ~CompareDepth() { --t_compare_depth; }
+  CompareDepth(const CompareDepth&) = delete;
+  CompareDepth& operator=(const CompareDepth&) = delete;
+};
+
+}  // namespace
+
 bool py_equal(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
@@ -621,17 +689,22 @@ bool py_equal(const Value& a, const Value& b) {
       return a.str() == b.str();
     case Kind::List:
     case Kind::Tuple: {
+      // A container equals itself: Python compares elements by identity first.
+      if (a.list_ptr() == b.list_ptr()) return true;
       const auto& x = a.items();
       const auto& y = b.items();
       if (x.size() != y.size()) return false;
+      CompareDepth depth;
       for (std::size_t i = 0; i < x.size(); ++i)
         if (!py_equal(x[i], y[i])) return false;
       return true;
     }
     case Kind::Dict: {
+      if (a.dict_ptr() == b.dict_ptr()) return true;
       const Dict& x = a.dict_ref();
       const Dict& y = b.dict_ref();
       if (x.size() != y.size()) return false;
+      CompareDepth depth;
       for (const auto& [k, v] : x.entries()) {
         const Value* o = y.find(k);
         if (!o || !py_equal(v, *o)) return false;
@@ -667,8 +740,10 @@ int py_compare(const Value& a, const Value& b) {
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
   if ((a.is_list() && b.is_list()) || (a.is_tuple() && b.is_tuple())) {
+    if (a.list_ptr() == b.list_ptr()) return 0;
     const auto& x = a.items();
     const auto& y = b.items();
+    CompareDepth depth;
     for (std::size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (py_equal(x[i], y[i])) continue;
       return py_compare(x[i], y[i]);

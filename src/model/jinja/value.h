@@ -70,6 +70,7 @@ struct IterState;
 using ValueList = std::vector<Value>;
 
 class Dict;
+class GcVisitor;
 
 // A callable value: macro, builtin function, bound method, caller...
 class Callable {
@@ -77,6 +78,12 @@ class Callable {
   virtual ~Callable() = default;
   virtual Value call(Interpreter& interp, CallArgs& args) = 0;
   virtual std::string repr() const = 0;
+  // For the render's cycle collector (gc.h): gc_trace reports every Value, frame,
+  // callable or object this one holds a strong reference to, and gc_clear drops them
+  // all. A subclass that holds any must override both (one that reports nothing is
+  // never freed from a cycle, one that reports too much can lose live values).
+  virtual void gc_trace(GcVisitor&) const {}
+  virtual void gc_clear() {}
 };
 
 // An opaque object with attributes (loop, cycler, joiner).
@@ -89,6 +96,9 @@ class Object {
   virtual const char* type_name() const = 0;
   // Makes the object callable (recursive loop); null when it is not.
   virtual Callable* as_callable() { return nullptr; }
+  // As Callable::gc_trace / gc_clear.
+  virtual void gc_trace(GcVisitor&) const {}
+  virtual void gc_clear() {}
 };
 
 class Value {
@@ -152,6 +162,7 @@ class Value {
   Callable* callable_ptr() const;  // Callable, or callable Object; null otherwise
   const std::shared_ptr<Callable>& callable_shared() const { return callable_; }
   Object* object_ptr() const { return object_.get(); }
+  const std::shared_ptr<Object>& object_shared() const { return object_; }
 
   // Python semantics
   bool truthy() const;

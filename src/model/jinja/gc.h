@@ -1,0 +1,165 @@
+// Render-scoped cycle collector for kiln::jinja values.
+//
+// Values share their lists, dicts, callables and objects through std::shared_ptr, and
+// a template can build reference cycles that reference counting never frees:
+//   - every {% macro %}: the frame that holds the macro is the frame it closes over;
+//   - a caller() or a loop object stored where its own frame can reach it
+//     ({% set ns.c = caller %}, {% set ns.l = loop %});
+//   - a namespace that holds itself or a list/dict/loop/cycler that leads back to it
+//     ({% set ns.self = ns %}, {% set ns.l = [ns] %});
+//   - a list or dict appended into itself (mutable sandbox only).
+// Python frees such garbage with its cycle collector; kiln::jinja does the same, once
+// per render. While a render runs, every list, tuple, dict, namespace, iterator,
+// callable and object it creates is registered with the render's GcHeap, and any
+// container it mutates (append, update, namespace assignment, ...) is adopted too.
+// When the render's Interpreter goes away, the heap runs one trial-deletion pass
+// like CPython's gc: it builds the graph of everything reachable from the registered
+// objects (frames included), subtracts the references inside the graph from each
+// object's use count, keeps whatever is still referenced from outside (the caller's
+// values) together with everything that reaches, and clears the rest, the cyclic
+// garbage, so that it frees itself. Nothing reachable from outside is touched, so
+// values the caller still holds keep their contents.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "model/jinja/value.h"
+
+namespace kiln::jinja {
+
+struct Frame;
+
+enum class GcKind : std::uint8_t { List, Dict, Iter, Callable, Object, Frame };
+
+// One object in the reference graph: a strong reference to it, what it is, and a
+// pointer of the type `kind` names (ValueList*, Dict*, IterState*, Callable*,
+// Object*, Frame*).
+struct GcNode {
+  std::shared_ptr<void> owner;
+  GcKind kind;
+  void* ptr;
+};
+
+// The graph a collection builds: nodes indexed by their shared_ptr control block.
+struct GcGraph {
+  std::vector<GcNode> nodes;
+  std::map<std::weak_ptr<const void>, std::size_t, std::owner_less<>> index;
+  std::vector<std::size_t> edges;  // out-edges found by the current trace
+
+  // The node of p, added when new.
+  template <class T>
+  std::size_t node(const std::shared_ptr<T>& p, GcKind kind, void* ptr) {
+    auto it = index.find(p);
+    if (it != index.end()) return it->second;
+    std::size_t i = nodes.size();
+    nodes.push_back(GcNode{std::shared_ptr<void>(p), kind, ptr});
+    index.emplace(std::weak_ptr<const void>(p), i);
+    return i;
+  }
+};
+
+// Passed to Callable::gc_trace / Object::gc_trace: each call reports one strong
+// reference the traced object holds (exactly the references it owns: reporting a
+// reference it does not own could free live values).
+class GcVisitor {
+ public:
+  void value(const Value& v);
+  void values(const ValueList& vs) {
+    for (const auto& v : vs) value(v);
+  }
+  void frame(const std::shared_ptr<Frame>& f) {
+    if (f) edge(f, GcKind::Frame, f.get());
+  }
+  template <class T>
+  void object(const std::shared_ptr<T>& o) {  // T derives from Object
+    if (o) edge(o, GcKind::Object, static_cast<Object*>(o.get()));
+  }
+  template <class T>
+  void callable(const std::shared_ptr<T>& c) {  // T derives from Callable
+    if (c) edge(c, GcKind::Callable, static_cast<Callable*>(c.get()));
+  }
+
+ private:
+  friend class GcHeap;
+  explicit GcVisitor(GcGraph& graph) : graph_(graph) {}
+  template <class T>
+  void edge(const std::shared_ptr<T>& p, GcKind kind, void* ptr) {
+    graph_.edges.push_back(graph_.node(p, kind, ptr));
+  }
+  GcGraph& graph_;
+};
+
+// The objects one render created or mutated; collects their cyclic garbage.
+class GcHeap {
+ public:
+  GcHeap() = default;
+  ~GcHeap() { collect(); }
+  GcHeap(const GcHeap&) = delete;
+  GcHeap& operator=(const GcHeap&) = delete;
+
+  // Frees the cyclic garbage among the registered objects (and what only it
+  // reaches), then forgets them; when another render is running on this thread (a
+  // render nested in a C++ callable), the survivors are handed to its heap. Call
+  // when nothing of the render but what it returned is left. Never throws.
+  void collect() noexcept;
+
+  template <class T>
+  void add(const std::shared_ptr<T>& p, GcKind kind, void* ptr) {
+    if (!p) return;
+    entries_.push_back(Entry{std::weak_ptr<void>(p), kind, ptr});
+    if (entries_.size() >= compact_at_) compact();
+  }
+  // Registers a container that is about to gain references (once).
+  template <class T>
+  void adopt(const std::shared_ptr<T>& p, GcKind kind, void* ptr) {
+    if (p && adopted_.insert(std::weak_ptr<const void>(p)).second) add(p, kind, ptr);
+  }
+
+  // The heap of the render running on this thread, or null.
+  static GcHeap* current();
+
+ private:
+  friend class GcScope;
+  struct Entry {
+    std::weak_ptr<void> owner;
+    GcKind kind;
+    void* ptr;
+  };
+  void compact();
+  void collect_garbage();
+
+  std::vector<Entry> entries_;
+  std::set<std::weak_ptr<const void>, std::owner_less<>> adopted_;
+  std::size_t compact_at_ = kMinCompact;
+  static constexpr std::size_t kMinCompact = 1024;
+};
+
+// Makes a heap the current one of this thread for its lifetime (one render).
+class GcScope {
+ public:
+  explicit GcScope(GcHeap& heap);
+  ~GcScope();
+  GcScope(const GcScope&) = delete;
+  GcScope& operator=(const GcScope&) = delete;
+
+ private:
+  GcHeap* previous_;
+};
+
+// Registration hooks used by the value factories (no-ops outside a render).
+void gc_track(const std::shared_ptr<ValueList>& p);
+void gc_track(const std::shared_ptr<Dict>& p);
+void gc_track(const std::shared_ptr<IterState>& p);
+void gc_track(const std::shared_ptr<Callable>& p);
+void gc_track(const std::shared_ptr<Object>& p);
+// Adopts the list or dict of v before it is mutated to hold more references, so that
+// containers created before the render (the caller's) are collected when a render
+// makes them cyclic and the caller has let go of them.
+void gc_adopt(const Value& v);
+
+}  // namespace kiln::jinja
