@@ -10,6 +10,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 # shellcheck source=setup.sh
 source scripts/setup.sh || { echo "test: setup failed"; exit 1; }
+set +e  # setup.sh runs with -e; here every step is counted instead of stopping the run
 JOBS="${KILN_JOBS:-$(nproc)}"
 export KILN_TESTDATA_DIR="${KILN_TESTDATA_DIR:-$(cd "$ROOT/../shared/testdata" 2>/dev/null && pwd)}"
 [ -d "$KILN_TESTDATA_DIR" ] || { echo "test: no test data at ../shared/testdata (set KILN_TESTDATA_DIR)"; exit 1; }
@@ -26,7 +27,7 @@ tally_ctest() {
   passed=$((passed + t - f)); failed=$((failed + f))
 }
 tally_pytest() {
-  local line; line=$(grep -E "^=+ .*(passed|failed|error).* in [0-9.]+s" "$1" | tail -1)
+  local line; line=$(grep -E "^(=+ )?[0-9]+ (passed|failed|error).* in [0-9.]+s" "$1" | tail -1)
   [ -n "$line" ] || { failed=$((failed + 1)); return; }
   local p f e
   p=$(grep -oE "[0-9]+ passed" <<<"$line" | grep -oE "[0-9]+" || echo 0)

@@ -392,33 +392,40 @@ TEST(Jinja, RenderCollectsOnlyGarbage) {
   // template makes them cyclic.
   Probe probe;
   Template grow("{{ items.append(items) }}{{ probe(items) }}{{ items|length }}", {.immutable_sandbox = false});
-  EXPECT_EQ(grow.render({{"items", kiln::jinja::from_json(ojson::parse("[1]"))}, {"probe", probe.function()}}),
-            "None2");
+  // (Not from a braced list: its elements would hold the values until render returns.)
+  kiln::jinja::Context owned{{"items", kiln::jinja::from_json(ojson::parse("[1]"))}, {"probe", probe.function()}};
+  EXPECT_EQ(grow.render(std::move(owned)), "None2");
   EXPECT_EQ(probe.alive(), 0u);
 
   // Values the caller still holds keep their contents, cycles included, along with
   // what the render put into them.
-  kiln::jinja::Context ctx{{"items", kiln::jinja::from_json(ojson::parse("[1]"))}};
+  Probe kept;
+  kiln::jinja::Context ctx{{"items", kiln::jinja::from_json(ojson::parse("[1]"))}, {"probe", kept.function()}};
   Template keep(
-      "{% set ns = namespace(n=1) %}{% set ns.self = ns %}{% macro m() %}{{ ns.n }}{% endmacro %}"
-      "{{ items.append(ns) }}{{ items.append(m) }}{{ items.append({'a': [2]}) }}{{ items.append(items) }}",
+      "{% set ns = namespace(n=1) %}{% set ns.self = ns %}{% macro m() %}{{ ns.n }}{% endmacro %}{{ probe(ns, m) }}"
+      "{{ items.append(ns) }}{{ items.append(m) }}{% set m = none %}{{ items.append({'a': [2]}) }}"
+      "{{ items.append(items) }}",
       {.immutable_sandbox = false});
   EXPECT_EQ(keep.render(ctx), "NoneNoneNoneNone");
-  const Value items = ctx.at("items");
-  ASSERT_EQ(items.items().size(), 5u);
-  const Value& ns = items.items()[1];
-  ASSERT_TRUE(ns.is_namespace());
-  EXPECT_EQ(ns.dict_ref().find(Value("self"))->dict_ptr(), ns.dict_ptr());
-  EXPECT_EQ(ns.dict_ref().find(Value("n"))->as_int(), 1);
-  EXPECT_TRUE(items.items()[2].is_callable());
-  EXPECT_EQ(kiln::jinja::py_repr(items.items()[3]), "{'a': [2]}");
-  EXPECT_EQ(items.items()[4].list_ptr(), items.list_ptr());
+  {
+    const Value& items = ctx.at("items");
+    ASSERT_EQ(items.items().size(), 5u);
+    const Value& ns = items.items()[1];
+    ASSERT_TRUE(ns.is_namespace());
+    EXPECT_EQ(ns.dict_ref().find(Value("self"))->dict_ptr(), ns.dict_ptr());
+    EXPECT_EQ(ns.dict_ref().find(Value("n"))->as_int(), 1);
+    EXPECT_TRUE(items.items()[2].is_callable());
+    EXPECT_EQ(kiln::jinja::py_repr(items.items()[3]), "{'a': [2]}");
+    EXPECT_EQ(items.items()[4].list_ptr(), items.list_ptr());
+  }
   // A later render can still call the macro that escaped (its closure survived).
-  Template call("{{ items[2]() }}");
-  EXPECT_EQ(call.render(ctx), "1");
-  // The caller breaks the cycles it kept.
-  ns.dict_ref().clear();
-  items.items().clear();
+  EXPECT_EQ(Template("{{ items[2]() }}").render(ctx), "1");
+  EXPECT_EQ(kept.alive(), 2u);
+  // The caller breaks the cycles it kept (ns -> ns, items -> items, and
+  // items -> macro -> its frame -> items).
+  ctx.at("items").items()[1].dict_ref().clear();
+  ctx.at("items").items().clear();
+  EXPECT_EQ(kept.alive(), 0u);
 }
 
 TEST(Jinja, NestedRenderInCallable) {
@@ -448,6 +455,11 @@ TEST(Jinja, SelfReferencingValuesBehaveLikePython) {
       "{{ l == l }}|{{ l < l }}|{{ d == d }}|{{ [l] == [l] }}",
       mutable_sandbox);
   EXPECT_EQ(lists.render({}), "None[1, [...]]None{'d': {...}, 't': ({...}, [1, [...]])}|True|False|True|True");
+  Template more(
+      "{% set l = [1] %}{{ l.append(l) }}{{ l|string }}|{{ '%r %s'|format(l, l) }}|{{ l in l }}|{{ [l] in [[l]] }}|"
+      "{{ '{} {!r}'.format(l, l) }}",
+      mutable_sandbox);
+  EXPECT_EQ(more.render({}), "None[1, [...]]|[1, [...]] [1, [...]]|True|True|[1, [...]] [1, [...]]");
   // json.dumps' check_circular, and Python's RecursionError for comparisons that
   // would never end.
   try {

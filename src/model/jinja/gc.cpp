@@ -90,9 +90,9 @@ void GcHeap::compact() {
   compact_at_ = std::max(kMinCompact, 2 * entries_.size());
 }
 
-void GcHeap::collect() noexcept {
+void GcHeap::collect(std::shared_ptr<void> release) noexcept {
   try {
-    collect_garbage();
+    collect_garbage(release);
   } catch (...) {
     // Out of memory while building the graph: leave the cycles rather than fail a
     // render that already finished (this runs in destructors).
@@ -102,12 +102,13 @@ void GcHeap::collect() noexcept {
   compact_at_ = kMinCompact;
 }
 
-void GcHeap::collect_garbage() {
+void GcHeap::collect_garbage(std::shared_ptr<void>& release) {
   if (entries_.empty()) return;
   GcGraph g;
   for (const auto& e : entries_) {
     if (auto p = e.owner.lock()) g.node(p, e.kind, e.ptr);
   }
+  release.reset();
   const std::size_t registered = g.nodes.size();
   entries_.clear();
   adopted_.clear();
@@ -154,7 +155,12 @@ void GcHeap::collect_garbage() {
 
   // Clear the garbage while g still holds every node, so that clearing one node
   // cannot destroy another that is yet to be cleared; dropping g then frees it.
-  for (std::size_t i = 0; i < n; ++i)
+  // Only what this render registered is written to: every cycle it built runs
+  // through such an object (one it created or mutated, or a macro's or loop's frame
+  // reached from one), so clearing those breaks them all, while objects it merely
+  // found (the caller's, which other threads may be reading, and frames of other
+  // renders) are left alone.
+  for (std::size_t i = 0; i < registered; ++i)
     if (!live[i]) clear(g.nodes[i].kind, g.nodes[i].ptr);
 
   // A render nested in another (a C++ callable rendering a template) hands what

@@ -16,9 +16,11 @@
 // like CPython's gc: it builds the graph of everything reachable from the registered
 // objects (frames included), subtracts the references inside the graph from each
 // object's use count, keeps whatever is still referenced from outside (the caller's
-// values) together with everything that reaches, and clears the rest, the cyclic
-// garbage, so that it frees itself. Nothing reachable from outside is touched, so
-// values the caller still holds keep their contents.
+// values) together with everything that reaches, and clears the registered objects
+// among the rest, the cyclic garbage, so that it frees itself. Every cycle a render
+// builds runs through an object it created or mutated, so each gets broken; nothing
+// reachable from outside is touched (values the caller still holds keep their
+// contents), and nothing the render did not create or mutate is ever written to.
 #pragma once
 
 #include <cstddef>
@@ -105,8 +107,11 @@ class GcHeap {
   // Frees the cyclic garbage among the registered objects (and what only it
   // reaches), then forgets them; when another render is running on this thread (a
   // render nested in a C++ callable), the survivors are handed to its heap. Call
-  // when nothing of the render but what it returned is left. Never throws.
-  void collect() noexcept;
+  // when nothing of the render but what it returned is left; `release` is a last
+  // reference the caller gives up, dropped once the collection holds what it
+  // refers to (a registered object), so that what hangs off it is examined rather
+  // than freed or orphaned first. Never throws.
+  void collect(std::shared_ptr<void> release = nullptr) noexcept;
 
   template <class T>
   void add(const std::shared_ptr<T>& p, GcKind kind, void* ptr) {
@@ -131,7 +136,7 @@ class GcHeap {
     void* ptr;
   };
   void compact();
-  void collect_garbage();
+  void collect_garbage(std::shared_ptr<void>& release);
 
   std::vector<Entry> entries_;
   std::set<std::weak_ptr<const void>, std::owner_less<>> adopted_;

@@ -149,13 +149,16 @@ const Value* Frame::lookup(const std::string& name) const {
 Interpreter::Interpreter(const EnvironmentOptions& options, std::unordered_map<std::string, Value> variables)
     : options_(options), root_(std::make_shared<Frame>()) {
   root_->vars = std::move(variables);
+  // The collection then covers the variables too: what of them is left only to
+  // cycles once the render lets go (a context moved into Template::render) is freed.
+  heap_.add(root_, GcKind::Frame, root_.get());
 }
 
 Interpreter::~Interpreter() {
-  // Let go of the render's frames first: what is left of them afterwards is held
-  // only by cycles (macros closed over them) or by values that outlive the render.
-  root_.reset();
-  heap_.collect();
+  // The root frame goes to the collection, which holds it (and everything it
+  // reaches) while telling apart what only cycles keep alive (macros closed over
+  // it, a namespace holding itself, ...) from what the caller still holds.
+  heap_.collect(std::move(root_));
 }
 
 void Interpreter::enter_call() {

@@ -41,10 +41,10 @@ class Template {
   // Throws Error when rendering fails (undefined values misused, type errors,
   // raise_exception(...) -> Kind::Raised with the template's message).
   // Reference cycles the render builds (macros, namespaces that hold themselves, ...)
-  // are freed before render returns. A context passed as an rvalue belongs to the
-  // render, so even its own lists and dicts that the template makes cyclic (mutable
-  // sandbox: {{ l.append(l) }}) are freed; containers the caller still holds are
-  // left to the caller, as in Python.
+  // are freed before render returns, unless the caller still holds a value that
+  // reaches them (then they are the caller's, as in Python). A context passed as an
+  // rvalue belongs to the render, so its own lists and dicts that the template makes
+  // cyclic (mutable sandbox: {{ l.append(l) }}) are freed too.
   std::string render(const Context& context) const;
   std::string render(Context&& context) const;
 
