@@ -377,6 +377,13 @@ TEST(Jinja, RenderFreesReferenceCycles) {
                          "{% set m = [] %}{{ m.append(m.append) }}{{ probe(l, d, m) }}{{ l|length }}",
                          3, false),
             "NoneNoneNoneNone[{'d': {...}, 'e': [...]}]None3");
+  // Many short-lived cycles (the heap's registry compacts as it grows).
+  EXPECT_EQ(render_freed("{% set ns = namespace(n=0) %}{% for i in range(3000) %}{% set t = namespace(i=i) %}"
+                         "{% set t.self = t %}{% macro m() %}{{ i }}{% endmacro %}{% set ns.n = ns.n + 1 %}"
+                         "{% if loop.first or loop.last %}{{ probe(t, m) }}{{ m() }}{% endif %}{% endfor %}"
+                         "{{ ns.n }}",
+                         4),
+            "029993000");
   // Cycles built before an error are freed too.
   Probe probe;
   EXPECT_THROW(Template("{% macro m() %}{% endmacro %}{% set ns = namespace() %}{% set ns.s = ns %}"
@@ -438,6 +445,17 @@ TEST(Jinja, NestedRenderInCallable) {
   Template outer("{% set ns = namespace() %}{% set ns.s = ns %}{{ probe(ns) }}{{ inner(ns.s is defined) }}");
   EXPECT_EQ(outer.render({{"inner", fn}, {"probe", probe.function()}}), "<True>");
   EXPECT_EQ(probe.alive(), 0u);
+  // What the nested render leaves alive (a macro, closed over that render's frame,
+  // put into the outer render's list) is collected with the outer render.
+  Template fill_tmpl("{% macro m() %}x{% endmacro %}{{ out.append(m) }}", {.immutable_sandbox = false});
+  auto fill = kiln::jinja::make_function("fill", [&fill_tmpl](const kiln::jinja::CallArgs& a) {
+    return Value(fill_tmpl.render({{"out", a.positional.at(0)}}));
+  });
+  Probe probe2;
+  Template outer2("{% set l = [] %}{{ fill(l) }}{{ probe(l[0]) }}{{ l[0]() }}");
+  EXPECT_EQ(outer2.render({{"fill", fill}, {"probe", probe2.function()}}), "Nonex");
+  EXPECT_EQ(probe2.seen(), 1u);
+  EXPECT_EQ(probe2.alive(), 0u);
 }
 
 TEST(Jinja, SelfReferencingValuesBehaveLikePython) {

@@ -79,6 +79,10 @@ void GcVisitor::value(const Value& v) {
   if (const auto& p = v.object_shared()) edge(p, GcKind::Object, p.get());
 }
 
+void GcVisitor::frame(const std::shared_ptr<Frame>& f) {
+  if (f) edge(f, GcKind::Frame, f.get());
+}
+
 GcHeap* GcHeap::current() { return t_current; }
 
 GcScope::GcScope(GcHeap& heap) : previous_(t_current) { t_current = &heap; }
@@ -105,8 +109,9 @@ void GcHeap::collect(std::shared_ptr<void> release) noexcept {
 void GcHeap::collect_garbage(std::shared_ptr<void>& release) {
   if (entries_.empty()) return;
   GcGraph g;
+  g.index.reserve(2 * entries_.size());
   for (const auto& e : entries_) {
-    if (auto p = e.owner.lock()) g.node(p, e.kind, e.ptr);
+    if (auto p = e.owner.lock()) g.node(p, e.id, e.kind, e.ptr);
   }
   release.reset();
   const std::size_t registered = g.nodes.size();
@@ -168,7 +173,7 @@ void GcHeap::collect_garbage(std::shared_ptr<void>& release) {
   if (GcHeap* outer = t_current; outer && outer != this) {
     for (std::size_t i = 0; i < registered; ++i) {
       const auto& node = g.nodes[i];
-      if (live[i]) outer->add(node.owner, node.kind, node.ptr);
+      if (live[i]) outer->entries_.push_back(Entry{node.owner, node.id, node.kind, node.ptr});
     }
   }
 }

@@ -25,9 +25,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <set>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "model/jinja/value.h"
@@ -43,25 +44,36 @@ enum class GcKind : std::uint8_t { List, Dict, Iter, Callable, Object, Frame };
 // Object*, Frame*).
 struct GcNode {
   std::shared_ptr<void> owner;
+  const void* id;  // gc_identity
   GcKind kind;
   void* ptr;
 };
 
-// The graph a collection builds: nodes indexed by their shared_ptr control block.
+// Identifies a heap object by the address of its complete object, so that an object
+// reached through different base classes (LoopObject as an Object and as the
+// LoopContext a LoopMethod holds) is one node. (The objects here come from
+// make_shared, one control block each.)
+template <class T>
+const void* gc_identity(const T* p) {
+  if constexpr (std::is_polymorphic_v<T>) {
+    return dynamic_cast<const void*>(p);
+  } else {
+    return p;
+  }
+}
+
+// The graph a collection builds.
 struct GcGraph {
   std::vector<GcNode> nodes;
-  std::map<std::weak_ptr<const void>, std::size_t, std::owner_less<>> index;
-  std::vector<std::size_t> edges;  // out-edges found by the current trace
+  std::unordered_map<const void*, std::size_t> index;  // gc_identity -> node
+  std::vector<std::size_t> edges;                      // out-edges found by the current trace
 
   // The node of p, added when new.
   template <class T>
-  std::size_t node(const std::shared_ptr<T>& p, GcKind kind, void* ptr) {
-    auto it = index.find(p);
-    if (it != index.end()) return it->second;
-    std::size_t i = nodes.size();
-    nodes.push_back(GcNode{std::shared_ptr<void>(p), kind, ptr});
-    index.emplace(std::weak_ptr<const void>(p), i);
-    return i;
+  std::size_t node(const std::shared_ptr<T>& p, const void* id, GcKind kind, void* ptr) {
+    auto [it, added] = index.try_emplace(id, nodes.size());
+    if (added) nodes.push_back(GcNode{std::shared_ptr<void>(p), id, kind, ptr});
+    return it->second;
   }
 };
 
@@ -74,9 +86,7 @@ class GcVisitor {
   void values(const ValueList& vs) {
     for (const auto& v : vs) value(v);
   }
-  void frame(const std::shared_ptr<Frame>& f) {
-    if (f) edge(f, GcKind::Frame, f.get());
-  }
+  void frame(const std::shared_ptr<Frame>& f);
   template <class T>
   void object(const std::shared_ptr<T>& o) {  // T derives from Object
     if (o) edge(o, GcKind::Object, static_cast<Object*>(o.get()));
@@ -91,7 +101,7 @@ class GcVisitor {
   explicit GcVisitor(GcGraph& graph) : graph_(graph) {}
   template <class T>
   void edge(const std::shared_ptr<T>& p, GcKind kind, void* ptr) {
-    graph_.edges.push_back(graph_.node(p, kind, ptr));
+    graph_.edges.push_back(graph_.node(p, gc_identity(p.get()), kind, ptr));
   }
   GcGraph& graph_;
 };
@@ -116,7 +126,7 @@ class GcHeap {
   template <class T>
   void add(const std::shared_ptr<T>& p, GcKind kind, void* ptr) {
     if (!p) return;
-    entries_.push_back(Entry{std::weak_ptr<void>(p), kind, ptr});
+    entries_.push_back(Entry{std::weak_ptr<void>(p), gc_identity(p.get()), kind, ptr});
     if (entries_.size() >= compact_at_) compact();
   }
   // Registers a container that is about to gain references (once).
@@ -132,6 +142,7 @@ class GcHeap {
   friend class GcScope;
   struct Entry {
     std::weak_ptr<void> owner;
+    const void* id;  // gc_identity
     GcKind kind;
     void* ptr;
   };

@@ -149,8 +149,8 @@ const Value* Frame::lookup(const std::string& name) const {
 Interpreter::Interpreter(const EnvironmentOptions& options, std::unordered_map<std::string, Value> variables)
     : options_(options), root_(std::make_shared<Frame>()) {
   root_->vars = std::move(variables);
-  // The collection then covers the variables too: what of them is left only to
-  // cycles once the render lets go (a context moved into Template::render) is freed.
+  // The root frame is the render's own: the collection may clear it when only
+  // cycles keep it (a top-level macro), and examines the variables it holds.
   heap_.add(root_, GcKind::Frame, root_.get());
 }
 
