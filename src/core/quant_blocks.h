@@ -96,6 +96,15 @@ static_assert(sizeof(block_q2_K) == 84, "block_q2_K size");
 // 16 sub-blocks of 16, 6-bit signed scales (offset 32) packed in 12 bytes;
 // q = low 2 bits from qs, high bit from hmask (set means +0, clear means -4).
 // x = d * (sc - 32) * (q - 4 * !hbit).
+struct block_q3_K;
+// The signed scale of sub-block j (0..15) of Q3_K: low nibble in byte j (j < 8) or the high
+// nibble of byte j - 8, top two bits at bits 2*(j/4) of byte 8 + j%4, stored offset by 32.
+inline int q3_K_scale(const uint8_t* scales, int j) {
+    const int low = j < 8 ? (scales[j] & 0xF) : (scales[j - 8] >> 4);
+    const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (low | (high << 4)) - 32;
+}
+
 struct block_q3_K {
     uint8_t hmask[QK_K / 8];
     uint8_t qs[QK_K / 4];
@@ -105,6 +114,19 @@ struct block_q3_K {
 static_assert(sizeof(block_q3_K) == 110, "block_q3_K size");
 
 // 8 sub-blocks of 32; 6-bit scale and min per sub-block packed in scales[12].
+// Scale and min of sub-block j (0..7) of Q4_K / Q5_K: sub-blocks 0-3 in the low 6 bits of
+// bytes 0-3 (scales) and 4-7 (mins); sub-blocks 4-7 as a nibble in bytes 8-11 plus the top
+// two bits of bytes 0-7.
+inline void k4_scale_min(const uint8_t* scales, int j, int& sc, int& m) {
+    if (j < 4) {
+        sc = scales[j] & 63;
+        m = scales[j + 4] & 63;
+    } else {
+        sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+        m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+    }
+}
+
 // x = d * sc * q - dmin * m, q in [0, 15].
 struct block_q4_K {
     fp16_t d;

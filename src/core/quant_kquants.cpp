@@ -566,16 +566,6 @@ void pack_scales_k4(const uint8_t* sc, const uint8_t* m, uint8_t* out) {
         out[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
     }
 }
-inline void unpack_scale_min_k4(const uint8_t* p, int j, uint8_t& sc, uint8_t& m) {
-    if (j < 4) {
-        sc = p[j] & 63;
-        m = p[j + 4] & 63;
-    } else {
-        sc = static_cast<uint8_t>((p[j + 4] & 0xF) | ((p[j - 4] >> 6) << 4));
-        m = static_cast<uint8_t>((p[j + 4] >> 4) | ((p[j] >> 6) << 4));
-    }
-}
-
 // Q3_K 6-bit scales (stored offset by 32): low nibble of scale j in byte j
 // (j < 8) or the high nibble of byte j-8; its top two bits in bits
 // 2*(j/4)..2*(j/4)+1 of byte 8 + j%4.
@@ -591,12 +581,6 @@ void pack_scales_q3(const int* sc, uint8_t* out) {
         out[8 + j % 4] |= static_cast<uint8_t>((u >> 4) << (2 * (j / 4)));
     }
 }
-inline int unpack_scale_q3(const uint8_t* p, int j) {
-    const int low = j < 8 ? (p[j] & 0xF) : (p[j - 8] >> 4);
-    const int high = (p[8 + j % 4] >> (2 * (j / 4))) & 3;
-    return (low | (high << 4)) - 32;
-}
-
 constexpr AffineSpec kQ2K{16, 3, 15, 24, -0.6f, 0.06f};
 constexpr AffineSpec kQ4K{32, 15, 63, 20, -1.0f, 0.1f};
 constexpr AffineSpec kQ5K{32, 31, 63, 20, -0.5f, 0.1f};
@@ -670,7 +654,7 @@ void dequantize_row_q3_K(const block_q3_K* x, float* y, int64_t n) {
         const block_q3_K& blk = x[b];
         const float d = fp16_to_fp32(blk.d);
         for (int j = 0; j < 16; ++j) {
-            const float dl = d * static_cast<float>(unpack_scale_q3(blk.scales, j));
+            const float dl = d * static_cast<float>(q3_K_scale(blk.scales, j));
             for (int i = 0; i < 16; ++i) {
                 const int e = j * 16 + i;
                 const int hbit = (blk.hmask[e % 32] >> (e / 32)) & 1;
@@ -704,8 +688,8 @@ void dequantize_row_q4_K(const block_q4_K* x, float* y, int64_t n) {
         const float d = fp16_to_fp32(blk.d);
         const float dmin = fp16_to_fp32(blk.dmin);
         for (int j = 0; j < 8; ++j) {
-            uint8_t sc, m;
-            unpack_scale_min_k4(blk.scales, j, sc, m);
+            int sc, m;
+            k4_scale_min(blk.scales, j, sc, m);
             const float d1 = d * static_cast<float>(sc);
             const float m1 = dmin * static_cast<float>(m);
             const uint8_t* qs = blk.qs + (j / 2) * 32;
@@ -745,8 +729,8 @@ void dequantize_row_q5_K(const block_q5_K* x, float* y, int64_t n) {
         const float d = fp16_to_fp32(blk.d);
         const float dmin = fp16_to_fp32(blk.dmin);
         for (int j = 0; j < 8; ++j) {
-            uint8_t sc, m;
-            unpack_scale_min_k4(blk.scales, j, sc, m);
+            int sc, m;
+            k4_scale_min(blk.scales, j, sc, m);
             const float d1 = d * static_cast<float>(sc);
             const float m1 = dmin * static_cast<float>(m);
             const uint8_t* qs = blk.qs + (j / 2) * 32;

@@ -395,7 +395,7 @@ inline __m256i bit_to(__m256i v, int j, int to) {
 inline __m128i upper_half_if(__m128i v, int g) { return g ? _mm_unpackhi_epi64(v, v) : v; }
 
 // Q4_K / Q5_K 6-bit scales and mins (layout: k4_scale_min in
-// kernels_scalar.cpp), unpacked in 32-bit lanes: returns bytes 0-7 = scales
+// core/quant_blocks.h), unpacked in 32-bit lanes: returns bytes 0-7 = scales
 // of sub-blocks 0-7, bytes 8-15 = mins. With w0..w2 the packed words:
 //   scales 0-3 = w0 & 0x3f..,  scales 4-7 = (w2 & 0x0f..) | ((w0 >> 2) & 0x30..)
 //   mins 0-3   = w1 & 0x3f..,  mins 4-7   = ((w2 >> 4) & 0x0f..) | ((w1 >> 2) & 0x30..)

@@ -55,7 +55,7 @@ inline float32x4_t load4_fp16(const void* base, size_t stride) {
     return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
 }
 
-// Q4_K / Q5_K 6-bit scales and mins (see k4_scale_min in kernels_scalar.cpp),
+// Q4_K / Q5_K 6-bit scales and mins (see k4_scale_min in core/quant_blocks.h),
 // unpacked with 32-bit word operations.
 inline void k4_scales_mins(const uint8_t* p, uint8_t sc[8], uint8_t m[8]) {
     uint32_t w[3];

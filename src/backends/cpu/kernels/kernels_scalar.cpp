@@ -181,26 +181,6 @@ void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
 // 128-element halves of 32 bytes, four 2-bit planes per byte.
 inline int k_2bit(const uint8_t* qs, int e) { return (qs[(e / 128) * 32 + (e % 32)] >> (2 * ((e / 32) % 4))) & 3; }
 
-// The 6-bit scale and min of sub-block j of Q4_K / Q5_K (packed in 12 bytes:
-// sub-blocks 0-3 in the low 6 bits of bytes 0-7, sub-blocks 4-7 split into
-// a nibble in bytes 8-11 and the two top bits of bytes 0-7).
-inline void k4_scale_min(const uint8_t* p, int j, int& sc, int& m) {
-    if (j < 4) {
-        sc = p[j] & 63;
-        m = p[j + 4] & 63;
-    } else {
-        sc = (p[j + 4] & 0xF) | ((p[j - 4] >> 6) << 4);
-        m = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
-    }
-}
-
-// The signed 6-bit scale of sub-block j of Q3_K.
-inline int q3_scale(const uint8_t* p, int j) {
-    const int low = j < 8 ? (p[j] & 0xF) : (p[j - 8] >> 4);
-    const int high = (p[8 + j % 4] >> (2 * (j / 4))) & 3;
-    return (low | (high << 4)) - 32;
-}
-
 void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
     const auto* x = static_cast<const block_q2_K*>(vx);
     const auto* y = static_cast<const block_q8_K*>(vy);
@@ -231,7 +211,7 @@ void vec_dot_q3_K(int64_t n, float* s, const void* vx, const void* vy) {
                 const int hbit = (x[b].hmask[e % 32] >> (e / 32)) & 1;
                 sub += (k_2bit(x[b].qs, e) - (hbit ? 0 : 4)) * y[b].qs[e];
             }
-            isum += q3_scale(x[b].scales, j) * sub;
+            isum += q3_K_scale(x[b].scales, j) * sub;
         }
         sum += y[b].d * h2f(x[b].d) * static_cast<float>(isum);
     }
