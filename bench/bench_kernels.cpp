@@ -7,15 +7,29 @@
 // Reported: time per GEMV, weight bytes per second (bytes_per_second) and
 // elements per second (items_per_second). Example:
 //   bench_kernels --benchmark_filter='q4_K' --benchmark_min_time=0.2
+//
+// Attention (op_attention on 1 or 2 threads, per instruction set, against the
+// row-by-row scalar loop it replaced, kept below as attn_rowwise):
+//   tg: 1 token x 4096 cached keys; bytes_per_second is the K/V read rate.
+//   pp: 512 tokens x 512 keys, causal; items_per_second counts q.k products.
+//   bench_kernels --benchmark_filter='attn'
 
 #include <benchmark/benchmark.h>
 
+#include <array>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/ops.h"
+#include "backends/cpu/thread_pool.h"
+#include "core/tensor.h"
 #include "core/quant.h"
 #include "core/types.h"
 
@@ -87,6 +101,163 @@ void BM_from_float(benchmark::State& state, Type t, Isa isa, int64_t n) {
     state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * n);
 }
 
+// ---- attention ------------------------------------------------------------------------------
+
+// The attention op before the SIMD kernels (one (token, KV head) pair at a time, every K/V row
+// dequantized with dequantize_row, scalar loops): the "before" of the attention benchmarks.
+void attn_rowwise(const kiln::Tensor& t, std::vector<float>& buf) {
+    const kiln::Tensor& q = *t.src[0];
+    const kiln::Tensor& k = *t.src[1];
+    const kiln::Tensor& v = *t.src[2];
+    const kiln::Tensor& mask = *t.src[3];
+    const float scale = t.fparams[0];
+    const int64_t hd = q.ne[0], hdv = v.ne[0], n_head_kv = k.ne[1], n_tokens = q.ne[2], n_kv = k.ne[2];
+    const int64_t n_rep = q.ne[1] / n_head_kv;
+    buf.resize(static_cast<size_t>(hd + hdv + n_rep * hdv + 2 * n_rep));
+    float *krow = buf.data(), *vrow = krow + hd, *acc = vrow + hdv, *mx = acc + n_rep * hdv, *sum = mx + n_rep;
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    for (int64_t p = 0; p < n_tokens * n_head_kv; ++p) {
+        const int64_t it = p / n_head_kv, hk = p % n_head_kv;
+        const auto* m = reinterpret_cast<const float*>(mask.row(it));
+        std::fill(acc, acc + n_rep * hdv, 0.0f);
+        std::fill(mx, mx + n_rep, kNegInf);
+        std::fill(sum, sum + n_rep, 0.0f);
+        for (int64_t c = 0; c < n_kv; ++c) {
+            if (m[c] == kNegInf) continue;
+            kiln::dequantize_row(k.type, k.row(hk, c), krow, hd);
+            kiln::dequantize_row(v.type, v.row(hk, c), vrow, hdv);
+            for (int64_t r = 0; r < n_rep; ++r) {
+                const auto* qr = reinterpret_cast<const float*>(q.row(hk * n_rep + r, it));
+                float s = 0;
+                for (int64_t j = 0; j < hd; ++j) s += qr[j] * krow[j];
+                s = s * scale + m[c];
+                float* a = acc + r * hdv;
+                if (s > mx[r]) {
+                    const float corr = mx[r] == kNegInf ? 0.0f : std::exp(mx[r] - s);
+                    for (int64_t j = 0; j < hdv; ++j) a[j] = a[j] * corr + vrow[j];
+                    sum[r] = sum[r] * corr + 1.0f;
+                    mx[r] = s;
+                } else {
+                    const float e = std::exp(s - mx[r]);
+                    for (int64_t j = 0; j < hdv; ++j) a[j] += e * vrow[j];
+                    sum[r] += e;
+                }
+            }
+        }
+        for (int64_t r = 0; r < n_rep; ++r) {
+            auto* out = reinterpret_cast<float*>(t.row(it)) + (hk * n_rep + r) * hdv;
+            for (int64_t j = 0; j < hdv; ++j) out[j] = acc[r * hdv + j] / sum[r];
+        }
+    }
+}
+
+// One attention node over a filled F16 cache: llama-1B-like heads (32 query heads, 4 KV heads, hd 64).
+struct AttnSetup {
+    static constexpr int64_t hd = 64, n_head = 32, n_head_kv = 4;
+    std::vector<float> qv, maskv, outv;
+    std::vector<uint8_t> kv_k, kv_v;
+    kiln::Tensor q, k, v, mask, out;
+
+    AttnSetup(int64_t n_tokens, int64_t n_kv, Type kv_type) {
+        std::mt19937 rng(7);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        auto leaf = [](kiln::Tensor& t, Type type, std::array<int64_t, 4> ne, void* data) {
+            t.type = type;
+            t.ne = ne;
+            kiln::set_contiguous_strides(t);
+            t.data = data;
+        };
+        qv.resize(static_cast<size_t>(hd * n_head * n_tokens));
+        for (auto& x : qv) x = normal(rng);
+        std::vector<float> row(static_cast<size_t>(hd * n_head_kv * n_kv));
+        for (auto& x : row) x = normal(rng);
+        kv_k.resize(kiln::row_size(kv_type, hd * n_head_kv) * static_cast<size_t>(n_kv));
+        kv_v.resize(kv_k.size());
+        kiln::quantize(kv_type, row.data(), kv_k.data(), n_kv, hd * n_head_kv);
+        for (auto& x : row) x = normal(rng);
+        kiln::quantize(kv_type, row.data(), kv_v.data(), n_kv, hd * n_head_kv);
+        // causal: token t sits at cell n_kv - n_tokens + t
+        maskv.assign(static_cast<size_t>(n_kv * n_tokens), -std::numeric_limits<float>::infinity());
+        for (int64_t t = 0; t < n_tokens; ++t)
+            for (int64_t c = 0; c <= n_kv - n_tokens + t; ++c) maskv[static_cast<size_t>(t * n_kv + c)] = 0.0f;
+        outv.resize(static_cast<size_t>(hd * n_head * n_tokens));
+        leaf(q, Type::F32, {hd, n_head, n_tokens, 1}, qv.data());
+        leaf(k, kv_type, {hd, n_head_kv, n_kv, 1}, kv_k.data());
+        leaf(v, kv_type, {hd, n_head_kv, n_kv, 1}, kv_v.data());
+        leaf(mask, Type::F32, {n_kv, n_tokens, 1, 1}, maskv.data());
+        leaf(out, Type::F32, {hd * n_head, n_tokens, 1, 1}, outv.data());
+        out.op = kiln::Op::Attention;
+        out.src = {&q, &k, &v, &mask};
+        out.fparams[0] = 1.0f / std::sqrt(static_cast<float>(hd));
+    }
+    size_t kv_bytes() const { return kv_k.size() + kv_v.size(); }
+};
+
+// isa empty: the row-wise loop above (single-threaded); otherwise op_attention with KILN_CPU set.
+void BM_attention(benchmark::State& state, std::optional<Isa> isa, int64_t n_tokens, int64_t n_kv, int n_threads) {
+    if (isa && !kiln::cpu::isa_supported(*isa)) {
+        state.SkipWithError("instruction set not supported here");
+        return;
+    }
+    AttnSetup s(n_tokens, n_kv, Type::F16);
+    const char* old_env = std::getenv("KILN_CPU");
+    const std::string saved = old_env ? old_env : "";
+    if (isa) setenv("KILN_CPU", std::string(kiln::cpu::isa_name(*isa)).c_str(), 1);
+    kiln::cpu::ThreadPool pool(n_threads);
+    std::vector<uint8_t> scratch(kiln::cpu::scratch_bytes(s.out, n_threads, false));
+    std::vector<float> buf;
+    for (auto _ : state) {
+        if (!isa) {
+            attn_rowwise(s.out, buf);
+        } else {
+            pool.run([&](int ith, int nth) {
+                kiln::cpu::ComputeContext ctx;
+                ctx.ith = ith;
+                ctx.nth = nth;
+                ctx.barrier = [&] { pool.barrier(); };
+                ctx.scratch = scratch.data();
+                ctx.scratch_size = scratch.size();
+                kiln::cpu::op_attention(s.out, ctx);
+            });
+        }
+        benchmark::DoNotOptimize(s.outv.data());
+        benchmark::ClobberMemory();
+    }
+    if (old_env) {
+        setenv("KILN_CPU", saved.c_str(), 1);
+    } else {
+        unsetenv("KILN_CPU");
+    }
+    // K/V bytes each run reads (the whole cache for generation; causal pp reads about half of it
+    // per query block, so the rate is only meaningful for tg).
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(s.kv_bytes()));
+    int64_t pairs = 0;  // visible (query, key) pairs x heads
+    for (int64_t t = 0; t < n_tokens; ++t) pairs += n_kv - n_tokens + t + 1;
+    state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * pairs * AttnSetup::n_head);
+}
+
+void register_attention() {
+    struct Shape {
+        const char* name;
+        int64_t n_tokens, n_kv;
+    };
+    for (const Shape& sh : {Shape{"tg1_kv4096", 1, 4096}, Shape{"pp512_kv512", 512, 512}}) {
+        const std::string base = std::string("attn_") + sh.name + "/f16/";
+        benchmark::RegisterBenchmark((base + "rowwise_before/t1").c_str(), BM_attention, std::nullopt, sh.n_tokens,
+                                     sh.n_kv, 1)
+            ->Unit(benchmark::kMicrosecond);
+        for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
+            if (!kiln::cpu::isa_supported(isa)) continue;
+            for (int nth : {1, 2}) {
+                benchmark::RegisterBenchmark((base + std::string(kiln::cpu::isa_name(isa)) + "/t" + std::to_string(nth)).c_str(),
+                                             BM_attention, std::optional<Isa>(isa), sh.n_tokens, sh.n_kv, nth)
+                    ->Unit(benchmark::kMicrosecond)
+                    ->UseRealTime();
+            }
+        }
+    }
+}
+
 int register_all() {
     const Type types[] = {Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q6_K, Type::F16,  Type::BF16, Type::F32,
                           Type::Q4_1, Type::Q5_0, Type::Q5_1, Type::IQ4_NL, Type::Q2_K, Type::Q3_K, Type::Q5_K};
@@ -112,6 +283,7 @@ int register_all() {
                 ->Unit(benchmark::kMicrosecond);
         }
     }
+    register_attention();
     return 0;
 }
 

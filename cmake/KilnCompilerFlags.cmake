@@ -8,8 +8,21 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   # The reference quantizers must round exactly like the GGML C reference and
   # numpy: no silent fusing of a*b+c into FMA. SIMD kernels use FMA explicitly.
   add_compile_options(-ffp-contract=off)
-  if(KILN_NATIVE)
+  if(KILN_NATIVE AND CMAKE_CROSSCOMPILING)
+    # The build machine is not the target: tuning for it would be wrong.
+    message(STATUS "kiln: KILN_NATIVE ignored when cross-compiling (baseline ISA, SIMD chosen at run time)")
+  elseif(KILN_NATIVE)
     add_compile_options(-march=native)
+  endif()
+  if(MINGW)
+    # Windows x64 only guarantees 16-byte stack alignment and GCC does not
+    # realign the stack for 32/64-byte vector spills, so its aligned
+    # vmovaps/vmovdqa on the stack fault in AVX code. The assembler option
+    # turns every aligned vector move into the unaligned form (same speed on
+    # aligned data on every AVX-capable CPU).
+    add_compile_options(-Wa,-muse-unaligned-vector-move)
+    # No MinGW runtime DLLs (libstdc++, libgcc, winpthread) next to the .exe.
+    add_link_options(-static)
   endif()
   if(KILN_SANITIZE)
     add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)

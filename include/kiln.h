@@ -72,6 +72,7 @@ struct kiln_model_params {
     bool use_mlock;        /* lock the weights in RAM */
     kiln_progress_callback progress_callback;
     void* progress_callback_user_data;
+    bool use_repack;       /* repack matrix weights for the CPU kernels at load (default true; lossless) */
 };
 
 KILN_API struct kiln_model_params kiln_model_default_params(void);
@@ -84,6 +85,8 @@ KILN_API int32_t kiln_model_n_ctx_train(const kiln_model* model);
 KILN_API int32_t kiln_model_n_embd(const kiln_model* model);
 KILN_API int32_t kiln_model_n_layer(const kiln_model* model);
 KILN_API uint64_t kiln_model_size(const kiln_model* model);      /* bytes of weights */
+/* Bytes of weights repacked at load for the CPU kernels (0: none; see use_repack). */
+KILN_API uint64_t kiln_model_repacked_size(const kiln_model* model);
 KILN_API uint64_t kiln_model_n_params(const kiln_model* model);
 KILN_API double kiln_model_load_ms(const kiln_model* model);
 /* Writes a description such as "gemma3 270M ..." ; returns its length (snprintf semantics). */
@@ -238,6 +241,67 @@ KILN_API kiln_token kiln_sampler_sample(kiln_sampler* smpl, kiln_context* ctx, i
 KILN_API void kiln_sampler_accept(kiln_sampler* smpl, kiln_token token);
 KILN_API void kiln_sampler_reset(kiln_sampler* smpl);
 KILN_API uint32_t kiln_sampler_seed(const kiln_sampler* smpl);
+
+/* ---- Benchmarking (bench section, for tools/kiln-bench) ----
+ * What a benchmark needs to relate measured speed to memory traffic. */
+
+/* Threads a context computes with when n_threads is 0 (the physical cores). */
+KILN_API int32_t kiln_bench_default_threads(void);
+/* Weight bytes one generated token reads: every weight tensor once, except the token embedding, of
+ * which it reads one row (all of it when the output projection shares it). */
+KILN_API uint64_t kiln_bench_weight_bytes_per_token(const kiln_model* model);
+/* K and V bytes one token reads from the KV cache when it attends to n_attended positions (its own
+ * included), summed over layers; sliding-window layers read at most their window. */
+KILN_API uint64_t kiln_bench_kv_bytes_per_token(const kiln_context* ctx, int32_t n_attended);
+
+/* ---- Quantization and importance matrices (kiln-quantize, kiln-imatrix) ---- */
+
+/* One line of a tool's report (no trailing newline). */
+typedef void (*kiln_log_callback)(const char* line, void* user_data);
+
+struct kiln_quantize_params {
+    const char* ftype;             /* mix name: "Q4_K_M", "Q8_0", "F16", ... (kiln_quantize_ftype_name lists them) */
+    int32_t n_threads;             /* 0: hardware threads */
+    int32_t output_tensor_type;    /* type id for output.weight; -1: by the mix */
+    int32_t token_embedding_type;  /* type id for token_embd.weight; -1: by the mix */
+    bool allow_requantize;         /* accept quantized input tensors */
+    bool leave_output_tensor;      /* keep output.weight as it is */
+    bool pure;                     /* no per-tensor mix rules: the mix's base type everywhere */
+    bool dry_run;                  /* report the plan and sizes, write nothing */
+    const char* imatrix_file;      /* importance matrix (GGUF or legacy .dat); NULL: none */
+    kiln_log_callback log;         /* per-tensor lines and totals; NULL: silent */
+    kiln_progress_callback progress;  /* fraction done; return false to cancel (no output is left) */
+    void* user_data;               /* passed to log and progress */
+};
+
+struct kiln_quantize_result {
+    uint64_t bytes_in;    /* tensor data before */
+    uint64_t bytes_out;   /* tensor data after */
+    uint64_t n_elements;
+    int32_t n_tensors;
+    int32_t n_converted;
+    int32_t n_fallback;   /* tensors whose rows did not fit the mix's type */
+    double seconds;
+};
+
+KILN_API struct kiln_quantize_params kiln_quantize_default_params(void);
+/* Name of the i-th mix kiln can write (NULL past the end). */
+KILN_API const char* kiln_quantize_ftype_name(int32_t i);
+/* Quantizes a GGUF model. Returns 0 on success, -1 on error (kiln_last_error). result may be NULL. */
+KILN_API int32_t kiln_model_quantize(const char* in_path, const char* out_path, const struct kiln_quantize_params* params,
+                                     struct kiln_quantize_result* result);
+
+/* Collects an importance matrix from a context's matrix products while it decodes. */
+typedef struct kiln_imatrix kiln_imatrix;
+/* Starts collecting from ctx (inputs of the blk.* weights; also output.weight if process_output).
+ * The context must outlive the collector. NULL on error. */
+KILN_API kiln_imatrix* kiln_imatrix_new(kiln_context* ctx, bool process_output);
+/* Stops collecting and frees. */
+KILN_API void kiln_imatrix_free(kiln_imatrix* im);
+KILN_API int32_t kiln_imatrix_n_entries(const kiln_imatrix* im);
+/* Writes the GGUF imatrix format (legacy: the old .dat format). 0 on success, -1 on error. */
+KILN_API int32_t kiln_imatrix_save(const kiln_imatrix* im, const char* path, const char* dataset, int32_t chunk_count,
+                                   int32_t chunk_size, bool legacy);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,35 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# The platform matrix of scripts/test.sh (KILN_SKIP_PLATFORMS=1 skips it):
+# cross compilers for Linux ARM64 and Windows x86-64 (MinGW, posix threads),
+# user-mode QEMU and wine to run their tests, and Debian's source lists so that
+# scripts/cross-deps.sh can build PCRE2 for those targets from Debian's source
+# package. Without recommends: wine's pull in fonts and multimedia stacks.
+if [ "${KILN_SKIP_PLATFORMS:-0}" != 1 ]; then
+  CROSS_PACKAGES=(g++-aarch64-linux-gnu g++-mingw-w64-x86-64-posix qemu-user wine wine64)
+  missing=()
+  for p in "${CROSS_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  need_update=0
+  if ! grep -rqsE '^(deb-src|Types:.*deb-src)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "setup: enabling Debian's deb-src lists (PCRE2 source for the cross builds)"
+    . /etc/os-release
+    printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      "${VERSION_CODENAME:-bookworm}" | $SUDO tee /etc/apt/sources.list.d/kiln-deb-src.sources >/dev/null
+    need_update=1
+  fi
+  if ((${#missing[@]})) || ((need_update)); then
+    $SUDO apt-get update -qq
+  fi
+  if ((${#missing[@]})); then
+    echo "setup: installing cross-platform packages: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
 export KILN_VENV="${KILN_VENV:-$ROOT/.venv}"
 if [ ! -x "$KILN_VENV/bin/python" ]; then
   echo "setup: creating Python venv $KILN_VENV"

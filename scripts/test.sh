@@ -3,7 +3,10 @@
 #   1. release build: C++ unit + conformance tests (ctest), Python reference tests (pytest),
 #      kiln-gguf info on the default model and every shared test file;
 #   2. debug build with AddressSanitizer + UndefinedBehaviorSanitizer: the C++ tests again;
-#   3. the GGUF parser fuzzer for a bounded time (KILN_FUZZ_SECONDS, default 60).
+#   3. the GGUF parser fuzzer for a bounded time (KILN_FUZZ_SECONDS, default 60);
+#   4. the platform matrix (scripts/test-platforms.sh; KILN_SKIP_PLATFORMS=1 skips it):
+#      the kernel/op/engine tests once per x86 kernel set (KILN_CPU=scalar|avx2|avx512),
+#      a KILN_OPENMP=ON build, Linux ARM64 under qemu-aarch64, Windows x86-64 (MinGW) under wine.
 # Ends with one line "kiln: N passed, N failed".
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -74,6 +77,11 @@ if [ "${KILN_FUZZ_SECONDS:-60}" != 0 ]; then
   bash scripts/fuzz.sh "${KILN_FUZZ_SECONDS:-60}" >"$LOG/fuzz.log" 2>&1
   st=$?; tail -5 "$LOG/fuzz.log"
   count "fuzz_gguf" $st
+fi
+
+if [ "${KILN_SKIP_PLATFORMS:-0}" != 1 ]; then
+  # shellcheck source=test-platforms.sh
+  source scripts/test-platforms.sh
 fi
 
 echo "kiln: $passed passed, $failed failed"

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/kernels/attn_kernels.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/scheduler.h"
 #include "core/graph.h"
@@ -634,7 +635,9 @@ TEST_P(CpuOps, StoreRowsIntoCaches) {
 struct AttnCase {
     int64_t hd, hdv, n_head, n_head_kv, n_tokens, n_kv, n_cells;
     Type kv_type;
-    int mask_kind;  // 0 causal, 1 sliding window of 3, 2 random holes + a fully masked token
+    // 0 causal, 1 sliding window of 3, 2 random holes + a fully masked token, 3 window of 150,
+    // 4 three sequences in runs of 37 cells (token t belongs to sequence t % 3), as in batched decoding
+    int mask_kind;
     float softcap;
 };
 
@@ -647,6 +650,8 @@ std::vector<float> make_mask(const AttnCase& c, std::mt19937& rng) {
         for (int64_t cell = 0; cell < c.n_kv; ++cell) {
             bool see = cell <= pos;
             if (c.mask_kind == 1) see = see && cell > pos - 3;
+            if (c.mask_kind == 3) see = see && cell > pos - 150;
+            if (c.mask_kind == 4) see = see && (cell / 37) % 3 == t % 3;
             if (c.mask_kind == 2) see = see && (cell == pos || coin(rng) != 0) && t != 1;
             if (see) m[static_cast<size_t>(t * c.n_kv + cell)] = 0.0f;
         }
@@ -685,9 +690,46 @@ std::vector<double> ref_attention(const AttnCase& c, const std::vector<float>& q
     return out;
 }
 
+std::string attn_label(const AttnCase& c) {
+    return std::string(kiln::type_name(c.kv_type)) + " hd=" + std::to_string(c.hd) + " hdv=" + std::to_string(c.hdv) +
+           " heads=" + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " tokens=" +
+           std::to_string(c.n_tokens) + " n_kv=" + std::to_string(c.n_kv) + " mask=" + std::to_string(c.mask_kind) +
+           " softcap=" + std::to_string(c.softcap);
+}
+
+// Runs one case through a graph on nth threads and checks it against the double-precision reference.
+void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& rng) {
+    SCOPED_TRACE(attn_label(c) + (q_permuted ? " q permuted" : ""));
+    const Shape q_ne{c.hd, c.n_head, c.n_tokens, 1};
+    const auto qv = randn(rng, numel(q_ne));
+    // The caches hold n_cells rows of [hd * n_head_kv]; attention sees the first n_kv cells through a
+    // view, as the model does. Reference values are what the cache holds (dequantized).
+    const auto kf = randn(rng, c.hd * c.n_head_kv * c.n_cells);
+    const auto vf = randn(rng, c.hdv * c.n_head_kv * c.n_cells);
+    const auto mask = make_mask(c, rng);
+    Harness h(nth);
+    Tensor* kc = h.typed(c.kv_type, c.hd * c.n_head_kv, c.n_cells, kf, 1, "k_cache");
+    Tensor* vc = h.typed(c.kv_type, c.hdv * c.n_head_kv, c.n_cells, vf, 1, "v_cache");
+    const size_t k_head = kiln::row_size(c.kv_type, c.hd), v_head = kiln::row_size(c.kv_type, c.hdv);
+    Tensor* kview = h.g.view(kc, {c.hd, c.n_head_kv, c.n_kv, 1}, {kc->nb[0], k_head, kc->nb[1], kc->nb[1] * c.n_kv}, 0);
+    Tensor* vview = h.g.view(vc, {c.hdv, c.n_head_kv, c.n_kv, 1}, {vc->nb[0], v_head, vc->nb[1], vc->nb[1] * c.n_kv}, 0);
+    Tensor* q = h.f32(q_ne, qv, q_permuted ? Layout::Permuted : Layout::Contiguous, "q");
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    Tensor* out = h.g.attention(q, kview, vview, h.input_f32({c.n_kv, c.n_tokens, 1, 1}, mask, "mask"),
+                                AttentionParams{.scale = scale, .softcap = c.softcap}, "attn");
+    h.compute();
+    ASSERT_EQ(out->ne, (Shape{c.hdv * c.n_head, c.n_tokens, 1, 1}));
+    const auto kd = dequant_rows(c.kv_type, kf, c.hd * c.n_head_kv);
+    const auto vd = dequant_rows(c.kv_type, vf, c.hdv * c.n_head_kv);
+    // Float dot products over hd and an online softmax in float: outputs are averages of
+    // values ~N(0,1), accurate to a few 1e-7; 2e-5 leaves room for exp() of scores ~ +-10.
+    EXPECT_TRUE(close(read(out), ref_attention(c, qv, kd, vd, mask, scale), 2e-5, 1e-5));
+}
+
+// Small odd shapes: every KV type, head size (odd ones for the float types), GQA ratio, mask and
+// softcap, on every instruction set.
 TEST_P(CpuOps, Attention) {
     const int nth = GetParam();
-    std::mt19937 rng(8);
     std::vector<AttnCase> cases;
     for (Type kv : {Type::F32, Type::F16, Type::BF16, Type::Q8_0}) {
         const bool blocky = kv == Type::Q8_0;
@@ -704,37 +746,43 @@ TEST_P(CpuOps, Attention) {
     }
     cases.push_back({64, 64, 4, 4, 1, 1, 1, Type::F16, 0, 0.0f});  // one token over one cell
     cases.push_back({32, 32, 4, 2, 3, 40, 40, Type::Q8_0, 1, 0.0f});
-    for (const AttnCase& c : cases) {
-        for (bool q_permuted : {false, true}) {
-            SCOPED_TRACE(std::string(kiln::type_name(c.kv_type)) + " hd=" + std::to_string(c.hd) + " hdv=" +
-                         std::to_string(c.hdv) + " heads=" + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
-                         " mask=" + std::to_string(c.mask_kind) + " softcap=" + std::to_string(c.softcap) +
-                         (q_permuted ? " q permuted" : ""));
-            const Shape q_ne{c.hd, c.n_head, c.n_tokens, 1};
-            const auto qv = randn(rng, numel(q_ne));
-            // The caches hold n_cells rows of [hd * n_head_kv]; attention sees the first n_kv cells through a
-            // view, as the model does. Reference values are what the cache holds (dequantized).
-            const auto kf = randn(rng, c.hd * c.n_head_kv * c.n_cells);
-            const auto vf = randn(rng, c.hdv * c.n_head_kv * c.n_cells);
-            const auto mask = make_mask(c, rng);
-            Harness h(nth);
-            Tensor* kc = h.typed(c.kv_type, c.hd * c.n_head_kv, c.n_cells, kf, 1, "k_cache");
-            Tensor* vc = h.typed(c.kv_type, c.hdv * c.n_head_kv, c.n_cells, vf, 1, "v_cache");
-            const size_t k_head = kiln::row_size(c.kv_type, c.hd), v_head = kiln::row_size(c.kv_type, c.hdv);
-            Tensor* kview = h.g.view(kc, {c.hd, c.n_head_kv, c.n_kv, 1}, {kc->nb[0], k_head, kc->nb[1], kc->nb[1] * c.n_kv}, 0);
-            Tensor* vview = h.g.view(vc, {c.hdv, c.n_head_kv, c.n_kv, 1}, {vc->nb[0], v_head, vc->nb[1], vc->nb[1] * c.n_kv}, 0);
-            Tensor* q = h.f32(q_ne, qv, q_permuted ? Layout::Permuted : Layout::Contiguous, "q");
-            const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-            Tensor* out = h.g.attention(q, kview, vview, h.input_f32({c.n_kv, c.n_tokens, 1, 1}, mask, "mask"),
-                                        AttentionParams{.scale = scale, .softcap = c.softcap}, "attn");
-            h.compute();
-            ASSERT_EQ(out->ne, (Shape{c.hdv * c.n_head, c.n_tokens, 1, 1}));
-            const auto kd = dequant_rows(c.kv_type, kf, c.hd * c.n_head_kv);
-            const auto vd = dequant_rows(c.kv_type, vf, c.hdv * c.n_head_kv);
-            // Float dot products over hd and an online softmax in float: outputs are averages of
-            // values ~N(0,1), accurate to a few 1e-7; 2e-5 leaves room for exp() of scores ~ +-10.
-            EXPECT_TRUE(close(read(out), ref_attention(c, qv, kd, vd, mask, scale), 2e-5, 1e-5));
+    for (Isa isa : isas_to_test()) {
+        SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
+        ScopedIsa env(std::string(kiln::cpu::isa_name(isa)));
+        std::mt19937 rng(8);
+        for (const AttnCase& c : cases) {
+            for (bool q_permuted : {false, true}) check_attention(c, nth, q_permuted, rng);
         }
+    }
+}
+
+// Model-like shapes: many keys (several key blocks, blocks skipped by causal and window masks,
+// key ranges split between threads when there are too few heads), several query blocks, head
+// sizes 64 / 128 / 256, GQA 1 / 2 / 8, and a cache type the kernels cannot read (Q4_0, staged).
+TEST_P(CpuOps, AttentionLong) {
+    const int nth = GetParam();
+    std::vector<AttnCase> cases = {
+        // generation: one token over many cells, all visible (n_kv padded past the last cell)
+        {64, 64, 8, 1, 1, 300, 320, Type::F16, 0, 0.0f},
+        {128, 128, 8, 4, 1, 290, 300, Type::BF16, 0, 0.0f},
+        {256, 256, 4, 1, 1, 200, 200, Type::Q8_0, 0, 30.0f},  // gemma-like: hd 256, softcap
+        {64, 64, 2, 2, 1, 333, 333, Type::F32, 2, 0.0f},
+        // prompt processing: many queries, causal / windowed / holes
+        {64, 64, 8, 1, 20, 300, 300, Type::F16, 0, 0.0f},
+        {64, 64, 2, 2, 70, 260, 260, Type::F16, 3, 0.0f},
+        {128, 128, 4, 2, 17, 280, 280, Type::Q8_0, 2, 0.0f},
+        {256, 256, 4, 1, 9, 180, 180, Type::F16, 3, 50.0f},
+        {64, 64, 4, 1, 6, 270, 270, Type::Q4_0, 1, 0.0f},
+        {32, 32, 2, 1, 3, 300, 300, Type::Q4_0, 0, 0.0f},
+        // batched decoding: each token sees only its own sequence's cells
+        {64, 64, 8, 1, 12, 400, 400, Type::F16, 4, 0.0f},
+        {64, 64, 2, 2, 30, 290, 290, Type::BF16, 4, 0.0f},
+    };
+    for (Isa isa : isas_to_test()) {
+        SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
+        ScopedIsa env(std::string(kiln::cpu::isa_name(isa)));
+        std::mt19937 rng(12);
+        for (const AttnCase& c : cases) check_attention(c, nth, false, rng);
     }
 }
 
@@ -770,6 +818,50 @@ TEST_P(CpuOps, StoreThenAttend) {
         }
         const auto want = ref_attention(c, qv, dequant_rows(kv, kf, row), dequant_rows(kv, vf, row), mask, 0.2);
         EXPECT_TRUE(close(read(out), want, 2e-5, 1e-5));
+    }
+}
+
+// The softmax helpers of every table against libm: exp to a few ulp over the range scores take
+// (exactly 0 for -inf and far below), tanh-based softcap to float rounding.
+TEST(AttentionKernels, ExpAndSoftcapMatchLibm) {
+    std::vector<float> x;
+    for (int i = 0; i <= 4000; ++i) x.push_back(-100.0f + 0.025f * static_cast<float>(i));  // -100 .. 0
+    x.push_back(-std::numeric_limits<float>::infinity());
+    x.push_back(-1e-30f);
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
+        if (!kiln::cpu::isa_supported(isa)) continue;
+        SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
+        const auto& k = kiln::cpu::attn_kernels(isa);
+        std::vector<float> e = x;
+        const float sum = k.exp_row(e.data(), static_cast<int64_t>(e.size()), 0.5f);
+        double want_sum = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            const double want = std::exp(static_cast<double>(x[i] - 0.5f));  // the kernels subtract in float
+            want_sum += want;
+            if (want < 1.2e-38) {
+                EXPECT_LE(e[i], 1.2e-38f) << "x=" << x[i];  // below the normal floats: 0 (or libm's subnormal)
+            } else {
+                EXPECT_NEAR(e[i], want, want * 4e-7) << "x=" << x[i];
+            }
+        }
+        EXPECT_NEAR(sum, want_sum, want_sum * 1e-6);
+
+        std::vector<float> s(103), mask(103, 0.0f);
+        for (size_t i = 0; i < s.size(); ++i) s[i] = -60.0f + 1.2f * static_cast<float>(i);  // -60 .. 62
+        mask[7] = -std::numeric_limits<float>::infinity();
+        std::vector<float> got = s;
+        const float mx = k.score_row(got.data(), mask.data(), static_cast<int64_t>(s.size()), 20.0f);
+        float want_max = -std::numeric_limits<float>::infinity();
+        for (size_t i = 0; i < s.size(); ++i) {
+            const double want = 20.0 * std::tanh(static_cast<double>(s[i]) / 20.0) + mask[i];
+            if (i == 7) {
+                EXPECT_EQ(got[i], mask[i]);
+            } else {
+                EXPECT_NEAR(got[i], want, 4e-6) << "s=" << s[i];
+                want_max = std::max(want_max, static_cast<float>(want));
+            }
+        }
+        EXPECT_NEAR(mx, want_max, 4e-6);
     }
 }
 

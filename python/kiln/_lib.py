@@ -14,7 +14,8 @@ class KilnError(RuntimeError):
 
 class ModelParams(ctypes.Structure):
     _fields_ = [("n_gpu_layers", ctypes.c_int32), ("use_mmap", ctypes.c_bool), ("use_mlock", ctypes.c_bool),
-                ("progress_callback", ctypes.c_void_p), ("progress_callback_user_data", ctypes.c_void_p)]
+                ("progress_callback", ctypes.c_void_p), ("progress_callback_user_data", ctypes.c_void_p),
+                ("use_repack", ctypes.c_bool)]
 
 
 class ContextParams(ctypes.Structure):
@@ -43,6 +44,7 @@ _SIGNATURES = {
     "kiln_model_n_vocab": (ctypes.c_int32, [ctypes.c_void_p]),
     "kiln_model_n_ctx_train": (ctypes.c_int32, [ctypes.c_void_p]),
     "kiln_model_n_embd": (ctypes.c_int32, [ctypes.c_void_p]),
+    "kiln_model_repacked_size": (ctypes.c_uint64, [ctypes.c_void_p]),
     "kiln_model_meta_val_str": (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
     "kiln_context_default_params": (ContextParams, []),
     "kiln_context_new": (ctypes.c_void_p, [ctypes.c_void_p, ContextParams]),

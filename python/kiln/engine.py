@@ -17,14 +17,16 @@ class ContextFullError(KilnError):
 
 
 class Model:
-    def __init__(self, path: str, use_mmap: bool = True):
+    def __init__(self, path: str, use_mmap: bool = True, use_repack: bool = True):
         self._lib = load_library()
         p = self._lib.kiln_model_default_params()
         p.use_mmap = use_mmap
+        p.use_repack = use_repack
         self._h = self._lib.kiln_model_load(str(path).encode(), p)
         if not self._h:
             raise KilnError(last_error())
         self.n_vocab = self._lib.kiln_model_n_vocab(self._h)
+        self.repacked_bytes = self._lib.kiln_model_repacked_size(self._h)
 
     def meta(self, key: str) -> str | None:
         n = self._lib.kiln_model_meta_val_str(self._h, key.encode(), None, 0)

@@ -12,7 +12,7 @@ extern "C" {
 
 struct kiln_model_params kiln_model_default_params(void) {
     return kiln_model_params{.n_gpu_layers = 0, .use_mmap = true, .use_mlock = false, .progress_callback = nullptr,
-                             .progress_callback_user_data = nullptr};
+                             .progress_callback_user_data = nullptr, .use_repack = true};
 }
 
 kiln_model* kiln_model_load(const char* path, struct kiln_model_params params) {
@@ -24,7 +24,7 @@ kiln_model* kiln_model_load(const char* path, struct kiln_model_params params) {
                              params.n_gpu_layers);
             }
             kiln::ModelParams mp{.n_gpu_layers = params.n_gpu_layers, .use_mmap = params.use_mmap, .use_mlock = params.use_mlock,
-                                 .progress = {}};
+                                 .repack = params.use_repack, .progress = {}};
             if (params.progress_callback) {
                 mp.progress = [cb = params.progress_callback, ud = params.progress_callback_user_data](float p) { return cb(p, ud); };
             }
@@ -42,6 +42,7 @@ int32_t kiln_model_n_ctx_train(const kiln_model* m) { return static_cast<int32_t
 int32_t kiln_model_n_embd(const kiln_model* m) { return static_cast<int32_t>(m->model->hparams().n_embd); }
 int32_t kiln_model_n_layer(const kiln_model* m) { return static_cast<int32_t>(m->model->hparams().n_layer); }
 uint64_t kiln_model_size(const kiln_model* m) { return m->model->weights_bytes(); }
+uint64_t kiln_model_repacked_size(const kiln_model* m) { return m->model->repacked_bytes(); }
 uint64_t kiln_model_n_params(const kiln_model* m) { return static_cast<uint64_t>(m->model->n_params()); }
 double kiln_model_load_ms(const kiln_model* m) { return m->model->load_ms(); }
 int32_t kiln_model_desc(const kiln_model* m, char* buf, size_t n) { return copy_out(m->model->description(), buf, n); }

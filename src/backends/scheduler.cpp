@@ -261,7 +261,20 @@ void Scheduler::compute(Graph& g) {
         }
         for (auto& [slot, shadow] : sp.src_rewrites) std::swap(*slot, shadow);
         try {
-            be.compute(sp.nodes);
+            if (observer_.wants && observer_.observe && be.is_host()) {
+                // Sub-spans ending just before each observed node, so its sources are ready.
+                const std::span<Tensor* const> nodes(sp.nodes);
+                size_t begin = 0;
+                for (size_t i = 0; i < nodes.size(); ++i) {
+                    if (!observer_.wants(*nodes[i])) continue;
+                    if (i > begin) be.compute(nodes.subspan(begin, i - begin));
+                    observer_.observe(*nodes[i]);
+                    begin = i;
+                }
+                if (begin < nodes.size()) be.compute(nodes.subspan(begin));
+            } else {
+                be.compute(sp.nodes);
+            }
         } catch (...) {
             for (auto& [slot, shadow] : sp.src_rewrites) std::swap(*slot, shadow);
             throw;

@@ -41,6 +41,16 @@ public:
     size_t n_splits() const { return splits_.size(); }
     int backend_of(const Tensor* node) const;
 
+    // Optional observer of chosen nodes (the imatrix tool watches matmul inputs): compute() stops
+    // before each node `wants` accepts and calls `observe` with it once its sources are computed.
+    // Only nodes of host backends are observed (their sources are then host memory). Empty
+    // functions (the default) observe nothing and cost nothing.
+    struct Observer {
+        std::function<bool(const Tensor& node)> wants;
+        std::function<void(const Tensor& node)> observe;
+    };
+    void set_observer(Observer obs) { observer_ = std::move(obs); }
+
 private:
     struct Copy {
         Tensor* from;      // tensor as computed elsewhere
@@ -62,6 +72,7 @@ private:
     std::vector<std::unique_ptr<Tensor>> shadows_;
     std::vector<std::unique_ptr<Buffer>> arenas_;  // one per backend, grown as needed
     std::vector<std::vector<uint8_t>> host_outputs_;  // outputs computed on devices, copied back
+    Observer observer_;
 };
 
 }  // namespace kiln

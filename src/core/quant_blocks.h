@@ -163,4 +163,30 @@ struct block_q8_K {
 };
 static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
 
+// ---- Interleaved ("packed") weight layouts for the CPU GEMM kernels ----
+// Weights are repacked at load into groups of kPackRows consecutive rows; for each
+// block column b the group stores the 16 rows' block b together, arranged so one 64-byte
+// load feeds 16 rows x 4 consecutive elements to a 32-bit-lane dot product (AVX-512 VNNI
+// vpdpbusd: each lane = one row). Quants are stored unsigned (q + offset) so they can be
+// the unsigned operand; the kernels remove the offset with the activation block sums.
+// The values are exactly those of the source blocks (a lossless reshuffle).
+constexpr int kPackRows = 16;
+
+// 16 rows of block_q4_0. chunk c (0..3) of qs holds, for row r, bytes 4c..4c+3 of that
+// row's qs at qs[64 c + 4 r ..]: low nibbles are elements 4c..4c+3, high nibbles 16+4c..
+// 16+4c+3. Offset 8 (x = d * (q - 8)), as in block_q4_0.
+struct block_q4_0x16 {
+    fp16_t d[kPackRows];
+    uint8_t qs[kPackRows * QK4_0 / 2];
+};
+static_assert(sizeof(block_q4_0x16) == kPackRows * sizeof(block_q4_0), "block_q4_0x16 size");
+
+// 16 rows of block_q8_0. chunk c (0..7) holds, for row r, elements 4c..4c+3 of that row
+// at qs[64 c + 4 r ..], stored as q + 128 (unsigned).
+struct block_q8_0x16 {
+    fp16_t d[kPackRows];
+    uint8_t qs[kPackRows * QK8_0];
+};
+static_assert(sizeof(block_q8_0x16) == kPackRows * sizeof(block_q8_0), "block_q8_0x16 size");
+
 }  // namespace kiln

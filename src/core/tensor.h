@@ -43,8 +43,16 @@ enum class RopeMode : int32_t {
     Neox = 2,    // rotate pairs (i, i + n_dims/2)
 };
 
+// How a weight's rows are stored: one after the other as in GGUF, or repacked at load into
+// interleaved groups of kPackRows rows for the CPU GEMM kernels (core/quant_repack.h).
+enum class Layout : uint8_t {
+    Rows,
+    Packed16,  // row() is meaningless; read rows with unpack_row()
+};
+
 struct Tensor {
     Type type = Type::F32;
+    Layout layout = Layout::Rows;
     std::array<int64_t, 4> ne{1, 1, 1, 1};  // elements per dimension
     std::array<size_t, 4> nb{0, 0, 0, 0};   // stride per dimension, bytes
     Op op = Op::None;

@@ -76,6 +76,9 @@ public:
     int n_threads() const { return cpu_.n_threads(); }
     const Model& model() const { return model_; }
 
+    // Watches chosen graph nodes during decode (see Scheduler::Observer); an empty observer stops.
+    void set_observer(Scheduler::Observer obs) { sched_.set_observer(std::move(obs)); }
+
     PerfCounters& perf() { return perf_; }
     const PerfCounters& perf() const { return perf_; }
 

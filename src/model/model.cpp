@@ -2,11 +2,24 @@
 
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
+#include <new>
 #include <stdexcept>
 #include <unordered_set>
 
+#include "backends/cpu/kernels/gemm.h"
+#include "core/quant_repack.h"
+
 #if !defined(_WIN32)
 #include <sys/mman.h>
+#else
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>  // VirtualLock
 #endif
 
 namespace kiln {
@@ -81,6 +94,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelParams& p
     }
     FileWeightLoader wl(m->file_, m->tensors_);
     m->arch_->load_weights(wl, m->hp_, m->w_);
+    if (params.repack) m->repack_weights(params);
 
     // Touch every page of the weights once (with progress) so the first decode does not pay for
     // page faults, and lock them in RAM when asked.
@@ -91,10 +105,18 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelParams& p
     for (const Tensor& t : m->tensors_) {
         const auto* p = static_cast<const uint8_t*>(t.data);
         const size_t n = t.nbytes();
-        for (size_t off = 0; off < n; off += 4096) sink = static_cast<uint8_t>(sink + p[off]);
+        if (t.layout == Layout::Rows) {  // packed tensors were just written
+            for (size_t off = 0; off < n; off += 4096) sink = static_cast<uint8_t>(sink + p[off]);
+        }
 #if !defined(_WIN32)
         if (params.use_mlock && ::mlock(p, n) != 0) {
             std::fprintf(stderr, "kiln: warning: mlock of '%s' failed (raise RLIMIT_MEMLOCK?); continuing unlocked\n",
+                         t.name.c_str());
+        }
+#else
+        // Windows locks at most the process's working-set minimum (raise it with SetProcessWorkingSetSize).
+        if (params.use_mlock && !VirtualLock(const_cast<uint8_t*>(p), n)) {
+            std::fprintf(stderr, "kiln: warning: VirtualLock of '%s' failed (working set too small?); continuing unlocked\n",
                          t.name.c_str());
         }
 #endif
@@ -107,6 +129,57 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelParams& p
     m->weights_bytes_ = total;
     m->load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return m;
+}
+
+namespace {
+constexpr size_t kPackAlign = size_t{2} << 20;  // 2 MiB: lets the kernel back the copy with huge pages
+}
+
+void Model::AlignedFree::operator()(uint8_t* p) const { ::operator delete(p, std::align_val_t{kPackAlign}); }
+
+// Copies each matrix weight the selected CPU kernels accelerate into the packed layout (one
+// buffer for all), points the tensor at the copy and releases the file pages it came from.
+void Model::repack_weights(const ModelParams& params) {
+    (void)params;
+    const cpu::Isa isa = cpu::selected_isa();
+    std::vector<Tensor*> todo;
+    auto consider = [&](Tensor* t) {
+        if (!t || t->layout != Layout::Rows || !t->is_contiguous() || t->ne[2] != 1 || t->ne[3] != 1) return;
+        if (std::find(todo.begin(), todo.end(), t) != todo.end()) return;
+        if (can_pack(t->type, t->ne[0], t->ne[1]) && cpu::packed_accelerated(t->type, isa)) todo.push_back(t);
+    };
+    for (const LayerWeights& l : w_.layers) {
+        for (Tensor* t : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) consider(t);
+    }
+    consider(w_.output);
+    if (todo.empty()) return;
+    size_t total = 0;
+    for (const Tensor* t : todo) total += (packed_size(t->type, t->ne[0], t->ne[1]) + 63) / 64 * 64;
+    packed_.reset(static_cast<uint8_t*>(::operator new(total, std::align_val_t{kPackAlign})));
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    ::madvise(packed_.get(), total, MADV_HUGEPAGE);
+#endif
+    size_t off = 0;
+    for (Tensor* t : todo) {
+        uint8_t* dst = packed_.get() + off;
+        const auto* src = static_cast<const uint8_t*>(t->data);
+        pack_rows(t->type, src, t->nb[1], dst, t->ne[0], t->ne[1]);
+        const size_t n = t->nbytes();
+#if !defined(_WIN32)
+        // Give the mapped pages of the original back (whole pages inside the tensor only; a
+        // read-only private mapping re-reads them from the file if ever touched again).
+        if (file_.is_mmapped()) {
+            const auto page = static_cast<uintptr_t>(4096);
+            const uintptr_t a = (reinterpret_cast<uintptr_t>(src) + page - 1) / page * page;
+            const uintptr_t b = (reinterpret_cast<uintptr_t>(src) + n) / page * page;
+            if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+        }
+#endif
+        t->data = dst;
+        t->layout = Layout::Packed16;
+        off += (n + 63) / 64 * 64;
+    }
+    packed_bytes_ = off;
 }
 
 const Tokenizer& Model::tokenizer() const {

@@ -59,6 +59,23 @@ def test_synthetic_models_match_reference(synth_models, name):
                 assert kl < KL_BOUND and top1
 
 
+@pytest.mark.parametrize("name", ["qwen2-q8_0", "gemma3-q4_0"])
+def test_repacked_weights_match_file_layout(synth_models, name):
+    """Weights repacked for the GEMM kernels give the logits of the file's layout (vec_dot path)."""
+    path = synth_models[name]
+    packed, rows = Model(path), Model(path, use_repack=False)
+    if packed.repacked_bytes == 0:
+        pytest.skip("this CPU has no accelerated packed kernels for the type")
+    assert rows.repacked_bytes == 0
+    for prompt in PROMPTS:
+        for precision in ("precise", "fast"):
+            a = kiln_all_logits(packed, prompt, precision, type_k="f32", type_v="f32")
+            b = kiln_all_logits(rows, prompt, precision, type_k="f32", type_v="f32")
+            kl, top1 = compare(b.astype(np.float64), a, f"{name} packed vs rows {precision}")
+            # fast: two different 8-bit roundings of the activations (fp32 vs fp16 block scales)
+            assert kl < (1e-6 if precision == "precise" else 1e-3) and top1
+
+
 @pytest.fixture(scope="module")
 def gemma_ref(gemma_path):
     return ReferenceModel(gemma_path)

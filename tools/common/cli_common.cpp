@@ -1,4 +1,5 @@
 #include "cli_common.h"
+#include "utf8_args.h"
 
 #include <algorithm>
 #include <cmath>
@@ -46,8 +47,9 @@ void Batch::add(kiln_token token, int32_t pos, int32_t seq, bool logits) {
 std::vector<std::string> translate_aliases(int argc, char** argv,
                                            const std::vector<std::pair<std::string, std::string>>& aliases) {
     std::vector<std::string> out;
-    for (int i = 1; i < argc; ++i) {
-        std::string arg = argv[i];
+    const std::vector<std::string> args = utf8_args(argc, argv);  // UTF-8 on Windows too
+    for (size_t i = 1; i < args.size(); ++i) {
+        std::string arg = args[i];
         for (const auto& [from, to] : aliases) {
             if (arg == from) {
                 arg = to;
@@ -94,6 +96,7 @@ void add_model_options(CLI::App& app, ModelArgs& a) {
         ->check(CLI::NonNegativeNumber), "N");
     app.add_flag("--mlock", a.mlock, "lock the weights in RAM");
     app.add_flag("--no-mmap", a.no_mmap, "read the file instead of mapping it");
+    app.add_flag("--no-repack", a.no_repack, "keep the weights in the file's layout (no repacking for the CPU kernels)");
 }
 
 namespace {
@@ -227,6 +230,7 @@ ModelPtr load_model(const ModelArgs& a, bool quiet) {
     p.n_gpu_layers = a.n_gpu_layers;
     p.use_mlock = a.mlock;
     p.use_mmap = !a.no_mmap;
+    p.use_repack = !a.no_repack;
     ProgressBar bar("loading " + a.path);
     if (!quiet) {
         p.progress_callback = &ProgressBar::callback;
@@ -271,7 +275,7 @@ std::string describe_context(const kiln_context* ctx, const ContextArgs& a) {
 // ---- Text ----
 
 std::string read_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
+    std::ifstream f(utf8_path(path), std::ios::binary);
     if (!f) throw ToolError("cannot open '" + path + "'");
     std::ostringstream ss;
     ss << f.rdbuf();

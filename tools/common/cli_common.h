@@ -87,6 +87,7 @@ struct ModelArgs {
     int32_t n_gpu_layers = 0;
     bool mlock = false;
     bool no_mmap = false;
+    bool no_repack = false;
 };
 void add_model_options(CLI::App& app, ModelArgs& a);
 

@@ -24,6 +24,7 @@
 #include "core/quant.h"
 #include "core/types.h"
 #include "model/gguf.h"
+#include "../common/utf8_args.h"
 
 namespace {
 
@@ -212,7 +213,7 @@ int cmd_dequant(const std::vector<std::string>& args) {
     const int64_t rows = t->n_elements() / ne0;
     const size_t in_row = kiln::row_size(t->type, ne0);
 
-    std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
+    std::ofstream out(kiln_tools::utf8_path(out_path), std::ios::binary | std::ios::trunc);
     if (!out) throw std::runtime_error(out_path + ": cannot create: " + std::strerror(errno));
     try {
         std::vector<float> row(static_cast<size_t>(ne0));
@@ -247,8 +248,9 @@ int cmd_dequant(const std::vector<std::string>& args) {
 
 int run(int argc, char** argv) {
     if (argc < 2) throw UsageError("missing command");
-    const std::string cmd = argv[1];
-    const std::vector<std::string> args(argv + 2, argv + argc);
+    const std::vector<std::string> all = kiln_tools::utf8_args(argc, argv);  // UTF-8 on Windows too
+    const std::string cmd = all[1];
+    const std::vector<std::string> args(all.begin() + 2, all.end());
     for (const std::string& a : args) {
         if (a == "-h" || a == "--help") {
             std::fputs(kUsage, stdout);

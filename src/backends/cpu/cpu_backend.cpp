@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/ops.h"
 #include "core/quant.h"
@@ -79,6 +80,9 @@ bool CpuBackend::supports_op(const Tensor& t) const {
         case Op::View:
             return true;
         case Op::MulMat: {
+            if (t.src[0]->layout == Layout::Packed16) {
+                return packed_kernels(t.src[0]->type) && rows_f32(t.src[1]) && t.is_contiguous();
+            }
             try {
                 const auto& k = kernels(t.src[0]->type);
                 return k.vec_dot && rows_f32(t.src[1]) && t.src[0]->ne[0] % traits(k.vec_dot_type).block_size == 0;
@@ -87,6 +91,7 @@ bool CpuBackend::supports_op(const Tensor& t) const {
             }
         }
         case Op::GetRows:
+            if (t.src[0]->layout == Layout::Packed16) return has_reference(t.src[0]->type);
             return has_reference(t.src[0]->type) || t.src[0]->type == Type::F32;
         case Op::StoreRows:
             return has_reference(t.type) && rows_f32(t.src[1]);

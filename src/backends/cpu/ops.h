@@ -30,6 +30,8 @@ inline void split_rows(int64_t n, int ith, int nth, int64_t& begin, int64_t& end
 
 // Scratch memory a node needs, shared by all nth threads.
 size_t scratch_bytes(const Tensor& node, int nth, bool precise);
+// The Op::Attention case of scratch_bytes (ops_attention.cpp, which owns the tiling).
+size_t attention_scratch_bytes(const Tensor& node, int nth);
 
 void op_get_rows(const Tensor& t, ComputeContext& ctx);
 void op_mul_mat(const Tensor& t, ComputeContext& ctx);

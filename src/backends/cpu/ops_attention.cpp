@@ -1,8 +1,10 @@
 // Attention over the KV cache, and writing new K/V rows into it.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
+#include "backends/cpu/kernels/attn_kernels.h"
 #include "backends/cpu/ops.h"
 #include "core/quant.h"
 
@@ -19,70 +21,263 @@ void op_store_rows(const Tensor& t, ComputeContext& ctx) {
     }
 }
 
-// For each (token, KV head), one pass over the cells with an online softmax
-// (running max and sum), so no n_kv-sized score buffer is needed; the query
-// heads sharing that KV head (GQA) are processed together so each K and V row
-// is converted to float once.
-void op_attention(const Tensor& t, ComputeContext& ctx) {
-    const Tensor& q = *t.src[0];     // [hd, n_head, n_tokens] F32
-    const Tensor& k = *t.src[1];     // [hd, n_head_kv, n_kv]
-    const Tensor& v = *t.src[2];     // [hdv, n_head_kv, n_kv]
-    const Tensor& mask = *t.src[3];  // [n_kv, n_tokens]
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Floats rounded up to a 64-byte multiple, so every scratch region starts on a cache line.
+constexpr size_t line_floats(int64_t n) { return static_cast<size_t>((n + 15) / 16 * 16); }
+
+// How op_attention splits and tiles one node; scratch_bytes and the op compute it from the same inputs.
+struct AttnPlan {
+    int64_t hd = 0, hdv = 0, n_head_kv = 0, n_rep = 0, n_tokens = 0, n_kv = 0;
+    int64_t bq = 1;       // tokens per query block; its M = bq * n_rep rows share each K/V block
+    int64_t bk = 128;     // keys per block (K^T, V and the score tile stay in L1/L2)
+    int64_t ldv = 16;     // hdv padded to the kernels' lanes
+    int64_t n_qb = 1;     // query blocks
+    int64_t n_split = 1;  // key ranges per (query block, KV head); > 1: partial results merged after a barrier
+    int64_t split_len = 0;
+    bool staged = false;  // K/V type the kernels cannot read: rows dequantized to float first
+    // Per-thread regions, in floats from the thread's base.
+    size_t q_off = 0, kt_off = 0, v_off = 0, s_off = 0, o_off = 0, stat_off = 0, stage_off = 0, range_off = 0;
+    size_t per_thread = 0;
+    size_t partial_floats = 0;  // per item when n_split > 1: O [M, ldv], then m [M] and l [M]
+
+    int64_t M() const { return bq * n_rep; }
+    int64_t n_items() const { return n_qb * n_head_kv * n_split; }
+};
+
+AttnPlan make_plan(const Tensor& t, int nth) {
+    const Tensor& q = *t.src[0];
+    const Tensor& k = *t.src[1];
+    const Tensor& v = *t.src[2];
+    AttnPlan p;
+    p.hd = q.ne[0];
+    p.hdv = v.ne[0];
+    p.n_head_kv = k.ne[1];
+    p.n_rep = q.ne[1] / k.ne[1];
+    p.n_tokens = q.ne[2];
+    p.n_kv = k.ne[2];
+    // About 64 query rows per tile: enough reuse of each converted K/V block to make the
+    // kernels compute bound, while Q, S and O of the tile stay in L2.
+    p.bq = std::clamp<int64_t>(64 / p.n_rep, 1, std::max<int64_t>(p.n_tokens, 1));
+    p.bk = p.hd <= 128 ? 128 : 64;
+    p.ldv = attn_pad(p.hdv);
+    p.n_qb = (p.n_tokens + p.bq - 1) / p.bq;
+    // Too few (query block, KV head) items to share evenly between the threads (one token with
+    // a single KV head, say): split the keys too, one range per thread.
+    const int64_t q_items = p.n_qb * p.n_head_kv;
+    if (nth > 1 && q_items % nth != 0 && q_items < 4 * nth && p.n_kv >= 2 * p.bk) {
+        p.n_split = nth;
+    }
+    p.split_len = (p.n_kv + p.n_split - 1) / p.n_split;
+    p.staged = !attn_native_type(k.type) || !attn_native_type(v.type);
+
+    const int64_t M = p.M();
+    size_t off = 0;
+    auto take = [&](size_t& at, int64_t floats) {
+        at = off;
+        off += line_floats(floats);
+    };
+    take(p.q_off, M * p.hd);
+    take(p.kt_off, p.hd * p.bk);
+    take(p.v_off, p.bk * p.ldv);
+    take(p.s_off, M * p.bk);
+    take(p.o_off, M * p.ldv);
+    take(p.stat_off, 3 * M);  // running max, running sum, correction of this block
+    take(p.stage_off, p.staged ? p.bk * std::max(p.hd, p.hdv) : 0);
+    take(p.range_off, 2 * p.bq * static_cast<int64_t>(sizeof(int64_t) / sizeof(float)));
+    p.per_thread = off;
+    p.partial_floats = p.n_split > 1 ? line_floats(M * p.ldv + 2 * M) : 0;
+    return p;
+}
+
+float* aligned_base(uint8_t* scratch) {
+    const auto a = reinterpret_cast<uintptr_t>(scratch);
+    return reinterpret_cast<float*>(scratch + ((64 - a % 64) % 64));
+}
+
+// One item: query block qb against KV head hk over key range `split`. Writes the normalized output
+// rows, or (n_split > 1) the unnormalized partial O with its running max and sum.
+void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, float* partial,
+                 int64_t qb, int64_t hk, int64_t split) {
+    const Tensor& q = *t.src[0];  // [hd, n_head, n_tokens] F32
+    const Tensor& k = *t.src[1];  // [hd, n_head_kv, n_kv]
+    const Tensor& v = *t.src[2];  // [hdv, n_head_kv, n_kv]
+    const Tensor& mask = *t.src[3];  // [n_kv, n_tokens]: 0 visible, -inf hidden
     const float scale = t.fparams[0], softcap = t.fparams[1];
-    const int64_t hd = q.ne[0], hdv = v.ne[0], n_head = q.ne[1], n_head_kv = k.ne[1];
-    const int64_t n_tokens = q.ne[2], n_kv = k.ne[2];
-    const int64_t n_rep = n_head / n_head_kv;
+    const int64_t hd = p.hd, hdv = p.hdv, n_rep = p.n_rep, bk = p.bk, ldv = p.ldv;
+    const int64_t t0 = qb * p.bq, nt = std::min(p.bq, p.n_tokens - t0), M = nt * n_rep;
 
-    float* base = reinterpret_cast<float*>(ctx.scratch) +
-                  static_cast<size_t>(ctx.ith) * static_cast<size_t>(hd + hdv + n_rep * hdv + 2 * n_rep);
-    float* krow = base;
-    float* vrow = krow + hd;
-    float* acc = vrow + hdv;
-    float* mx = acc + n_rep * hdv;
-    float* sum = mx + n_rep;
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    float* Q = w + p.q_off;    // [M, hd], row (token tt, head rr) = tt * n_rep + rr, pre-scaled
+    float* KT = w + p.kt_off;  // [hd, bk]
+    float* V = w + p.v_off;    // [bk, ldv]
+    float* S = w + p.s_off;    // [M, bk] scores, then probabilities
+    float* O = w + p.o_off;    // [M, ldv] unnormalized output
+    float* mx = w + p.stat_off;
+    float* sum = mx + M;
+    float* corr = sum + M;
+    float* stage = w + p.stage_off;                             // [bk, max(hd, hdv)] staged rows
+    auto* range = reinterpret_cast<int64_t*>(w + p.range_off);  // [bq][2] visible keys of each token
 
-    int64_t p0, p1;
-    split_rows(n_tokens * n_head_kv, ctx.ith, ctx.nth, p0, p1);
-    for (int64_t p = p0; p < p1; ++p) {
-        const int64_t it = p / n_head_kv, hk = p % n_head_kv;
-        const auto* m = reinterpret_cast<const float*>(mask.row(it));
-        std::fill(acc, acc + n_rep * hdv, 0.0f);
-        std::fill(mx, mx + n_rep, kNegInf);
-        std::fill(sum, sum + n_rep, 0.0f);
-        for (int64_t c = 0; c < n_kv; ++c) {
-            if (m[c] == kNegInf) continue;
-            dequantize_row(k.type, k.row(hk, c), krow, hd);
-            bool v_loaded = false;
-            for (int64_t r = 0; r < n_rep; ++r) {
-                const auto* qr = reinterpret_cast<const float*>(q.row(hk * n_rep + r, it));
-                float s = 0;
-                for (int64_t j = 0; j < hd; ++j) s += qr[j] * krow[j];
-                s *= scale;
-                if (softcap > 0) s = softcap * std::tanh(s / softcap);
-                s += m[c];
-                if (!v_loaded) {
-                    dequantize_row(v.type, v.row(hk, c), vrow, hdv);
-                    v_loaded = true;
-                }
-                float* a = acc + r * hdv;
-                if (s > mx[r]) {
-                    const float corr = mx[r] == kNegInf ? 0.0f : std::exp(mx[r] - s);
-                    for (int64_t j = 0; j < hdv; ++j) a[j] = a[j] * corr + vrow[j];
-                    sum[r] = sum[r] * corr + 1.0f;
-                    mx[r] = s;
-                } else {
-                    const float e = std::exp(s - mx[r]);
-                    for (int64_t j = 0; j < hdv; ++j) a[j] += e * vrow[j];
-                    sum[r] += e;
-                }
+    for (int64_t tt = 0; tt < nt; ++tt) {
+        for (int64_t rr = 0; rr < n_rep; ++rr) {
+            const auto* src = reinterpret_cast<const float*>(q.row(hk * n_rep + rr, t0 + tt));
+            float* dst = Q + (tt * n_rep + rr) * hd;
+            for (int64_t d = 0; d < hd; ++d) dst[d] = src[d] * scale;
+        }
+    }
+    std::fill(O, O + M * ldv, 0.0f);
+    std::fill(mx, mx + M, kNegInf);
+    std::fill(sum, sum + M, 0.0f);
+
+    // Each token's first and last visible key in this item's range; key blocks outside every
+    // token's span (the future of a causal mask, the past of a sliding window) are never read.
+    const int64_t c_lo = split * p.split_len, c_hi = std::min(p.n_kv, c_lo + p.split_len);
+    int64_t first = c_hi, last = c_lo;
+    for (int64_t tt = 0; tt < nt; ++tt) {
+        const auto* m = reinterpret_cast<const float*>(mask.row(t0 + tt));
+        int64_t lo = c_lo, hi = c_hi;
+        while (lo < hi && m[lo] == kNegInf) ++lo;
+        while (hi > lo && m[hi - 1] == kNegInf) --hi;
+        range[2 * tt] = lo;
+        range[2 * tt + 1] = hi;
+        if (lo < hi) {
+            first = std::min(first, lo);
+            last = std::max(last, hi);
+        }
+    }
+
+    for (int64_t c0 = first; c0 < last; c0 += bk) {
+        const int64_t nk = std::min(bk, last - c0), c1 = c0 + nk;
+        // Only the rows of tokens that see this block are computed (in batched decoding each
+        // sequence's cells are seen by its own token alone).
+        int64_t tt_lo = nt, tt_hi = -1;
+        for (int64_t tt = 0; tt < nt; ++tt) {
+            if (range[2 * tt] < c1 && range[2 * tt + 1] > c0) {
+                tt_lo = std::min(tt_lo, tt);
+                tt_hi = tt;
             }
         }
-        for (int64_t r = 0; r < n_rep; ++r) {
-            auto* out = reinterpret_cast<float*>(t.row(it)) + (hk * n_rep + r) * hdv;
-            const float inv = sum[r] > 0 ? 1.0f / sum[r] : 0.0f;
-            for (int64_t j = 0; j < hdv; ++j) out[j] = acc[r * hdv + j] * inv;
+        if (tt_hi < 0) continue;
+        const int64_t r0 = tt_lo * n_rep, Mb = (tt_hi + 1 - tt_lo) * n_rep;
+
+        const uint8_t* krows = k.row(hk, c0);
+        if (p.staged) {
+            for (int64_t i = 0; i < nk; ++i) dequantize_row(k.type, krows + i * k.nb[2], stage + i * hd, hd);
+            kern.k_transpose(Type::F32, reinterpret_cast<const uint8_t*>(stage), hd * sizeof(float), nk, hd, KT, bk);
+        } else {
+            kern.k_transpose(k.type, krows, k.nb[2], nk, hd, KT, bk);
         }
+        const int64_t nkp = attn_pad(nk);
+        kern.gemm(Mb, nkp, hd, Q + r0 * hd, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp,
+                  S + r0 * bk, bk, nullptr);  // S = Q K^T
+
+        bool any_row = false;
+        for (int64_t r = r0; r < r0 + Mb; ++r) {
+            const int64_t tt = r / n_rep;
+            float* s = S + r * bk;
+            const float bmax = range[2 * tt] < c1 && range[2 * tt + 1] > c0
+                                   ? kern.score_row(s, reinterpret_cast<const float*>(mask.row(t0 + tt)) + c0, nk, softcap)
+                                   : kNegInf;
+            if (bmax == kNegInf) {  // nothing visible to this row here: P = 0, O unchanged
+                std::fill(s, s + nk, 0.0f);
+                corr[r] = 1.0f;
+                continue;
+            }
+            any_row = true;
+            const float m_new = std::max(mx[r], bmax);
+            corr[r] = std::exp(mx[r] - m_new);  // 0 on the row's first visible block
+            mx[r] = m_new;
+            sum[r] = sum[r] * corr[r] + kern.exp_row(s, nk, m_new);
+        }
+        if (!any_row) continue;
+
+        // O = O * corr + P V. With few query rows (generation) the kernel reads V as stored and
+        // converts each element once; many rows would convert it once per row group, so a float
+        // tile is made first.
+        const uint8_t* vrows = v.row(hk, c0);
+        if (!p.staged && (v.type == Type::F32 || Mb <= 8)) {
+            kern.gemm(Mb, ldv, nk, S + r0 * bk, bk, v.type, vrows, v.nb[2], hdv, O + r0 * ldv, ldv, corr + r0);
+            continue;
+        }
+        if (p.staged) {
+            for (int64_t i = 0; i < nk; ++i) dequantize_row(v.type, vrows + i * v.nb[2], stage + i * hdv, hdv);
+            kern.v_rows(Type::F32, reinterpret_cast<const uint8_t*>(stage), hdv * sizeof(float), nk, hdv, V, ldv);
+        } else {
+            kern.v_rows(v.type, vrows, v.nb[2], nk, hdv, V, ldv);
+        }
+        kern.gemm(Mb, ldv, nk, S + r0 * bk, bk, Type::F32, reinterpret_cast<const uint8_t*>(V), ldv * sizeof(float), ldv,
+                  O + r0 * ldv, ldv, corr + r0);
+    }
+
+    if (partial) {
+        std::copy(O, O + M * ldv, partial);
+        std::copy(mx, mx + M, partial + M * ldv);
+        std::copy(sum, sum + M, partial + M * ldv + M);
+        return;
+    }
+    for (int64_t r = 0; r < M; ++r) {
+        const int64_t tt = r / n_rep, rr = r % n_rep;
+        auto* out = reinterpret_cast<float*>(t.row(t0 + tt)) + (hk * n_rep + rr) * hdv;
+        const float inv = sum[r] > 0 ? 1.0f / sum[r] : 0.0f;  // a row that sees no key gives zeros
+        for (int64_t c = 0; c < hdv; ++c) out[c] = O[r * ldv + c] * inv;
+    }
+}
+
+// Combines the n_split partial results of (qb, hk): softmax states rescaled to the common maximum.
+void merge_item(const Tensor& t, const AttnPlan& p, const float* partials, int64_t qb, int64_t hk) {
+    const int64_t t0 = qb * p.bq, nt = std::min(p.bq, p.n_tokens - t0), M = nt * p.n_rep;
+    const float* first = partials + ((qb * p.n_head_kv + hk) * p.n_split) * p.partial_floats;
+    for (int64_t r = 0; r < M; ++r) {
+        float gm = kNegInf;
+        for (int64_t s = 0; s < p.n_split; ++s) gm = std::max(gm, first[s * p.partial_floats + M * p.ldv + r]);
+        const int64_t tt = r / p.n_rep, rr = r % p.n_rep;
+        auto* out = reinterpret_cast<float*>(t.row(t0 + tt)) + (hk * p.n_rep + rr) * p.hdv;
+        std::fill(out, out + p.hdv, 0.0f);
+        if (gm == kNegInf) continue;
+        float total = 0.0f;
+        for (int64_t s = 0; s < p.n_split; ++s) {
+            const float* part = first + s * p.partial_floats;
+            const float m = part[M * p.ldv + r];
+            if (m == kNegInf) continue;
+            const float wgt = std::exp(m - gm);
+            total += wgt * part[M * p.ldv + M + r];
+            for (int64_t c = 0; c < p.hdv; ++c) out[c] += wgt * part[r * p.ldv + c];
+        }
+        const float inv = total > 0 ? 1.0f / total : 0.0f;
+        for (int64_t c = 0; c < p.hdv; ++c) out[c] *= inv;
+    }
+}
+
+}  // namespace
+
+size_t attention_scratch_bytes(const Tensor& node, int nth) {
+    const AttnPlan p = make_plan(node, nth);
+    const size_t floats = p.per_thread * static_cast<size_t>(nth) + p.partial_floats * static_cast<size_t>(p.n_items());
+    return floats * sizeof(float) + 64;  // + alignment of the base
+}
+
+// Flash-attention style: for each (query block, KV head[, key range]) item, K/V blocks are
+// converted to float once and used by all M = tokens x n_rep query rows of the item, with an
+// online softmax (running max and sum per row) so no n_kv-sized score row is needed. Items are
+// dealt round-robin, so with a causal mask (later query blocks see more keys) both threads still
+// get a similar share.
+void op_attention(const Tensor& t, ComputeContext& ctx) {
+    const AttnPlan p = make_plan(t, ctx.nth);
+    const AttnKernels& kern = attn_kernels(selected_isa());
+    float* base = aligned_base(ctx.scratch);
+    float* w = base + p.per_thread * static_cast<size_t>(ctx.ith);
+    float* partials = base + p.per_thread * static_cast<size_t>(ctx.nth);
+    for (int64_t i = ctx.ith; i < p.n_items(); i += ctx.nth) {
+        const int64_t split = i % p.n_split, rest = i / p.n_split;
+        const int64_t hk = rest % p.n_head_kv, qb = rest / p.n_head_kv;
+        attend_item(t, p, kern, w, p.n_split > 1 ? partials + i * p.partial_floats : nullptr, qb, hk, split);
+    }
+    if (p.n_split == 1) return;
+    ctx.barrier();
+    for (int64_t i = ctx.ith; i < p.n_qb * p.n_head_kv; i += ctx.nth) {
+        merge_item(t, p, partials, i / p.n_head_kv, i % p.n_head_kv);
     }
 }
 

@@ -1,12 +1,15 @@
 // Matrix multiplication (weights of any type x F32 activations) and row gathers.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/ops.h"
 #include "core/float_convert.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
+#include "core/quant_repack.h"
 
 namespace kiln::cpu {
 
@@ -15,9 +18,13 @@ void op_get_rows(const Tensor& t, ComputeContext& ctx) {
     const auto* ids = static_cast<const int32_t*>(t.src[1]->data);
     int64_t r0, r1;
     split_rows(t.ne[1], ctx.ith, ctx.nth, r0, r1);
+    std::vector<uint8_t> packed_row(table.layout == Layout::Packed16 ? table.row_bytes() : 0);
     for (int64_t r = r0; r < r1; ++r) {
         auto* out = reinterpret_cast<float*>(t.row(r));
-        if (table.type == Type::F32) {
+        if (table.layout == Layout::Packed16) {
+            unpack_row(table.type, table.data, table.ne[0], ids[r], packed_row.data());
+            dequantize_row(table.type, packed_row.data(), out, t.ne[0]);
+        } else if (table.type == Type::F32) {
             std::memcpy(out, table.row(ids[r]), static_cast<size_t>(t.ne[0]) * sizeof(float));
         } else {
             dequantize_row(table.type, table.row(ids[r]), out, t.ne[0]);
@@ -49,6 +56,9 @@ void fix_block_sums(const float* x, const uint8_t* q1, uint8_t* q2, int64_t K) {
 size_t scratch_bytes(const Tensor& node, int nth, bool precise) {
     switch (node.op) {
         case Op::MulMat: {
+            if (node.src[0]->layout == Layout::Packed16) {
+                return act_bytes(node.src[1]->ne[0], node.src[1]->nrows() * (precise ? 2 : 1));
+            }
             if (!needs_conversion(node)) return 0;
             const Type vt = kernels(node.src[0]->type).vec_dot_type;
             const int64_t K = node.src[1]->ne[0];
@@ -56,23 +66,61 @@ size_t scratch_bytes(const Tensor& node, int nth, bool precise) {
             // precise: the residual rows too, and a float row per thread to compute residuals in
             return precise ? 2 * rows + static_cast<size_t>(nth * K) * sizeof(float) : rows;
         }
-        case Op::Attention: {
-            const Tensor& q = *node.src[0];
-            const Tensor& k = *node.src[1];
-            const Tensor& v = *node.src[2];
-            const int64_t n_rep = q.ne[1] / k.ne[1];
-            // per thread: k row, v row, n_rep accumulators of head_dim_v, n_rep running max and sum
-            const size_t per = static_cast<size_t>(k.ne[0] + v.ne[0] + n_rep * v.ne[0] + 2 * n_rep) * sizeof(float);
-            return per * static_cast<size_t>(nth);
-        }
+        case Op::Attention:
+            return attention_scratch_bytes(node, nth);
         default:
             return 0;
     }
 }
 
+namespace {
+
+// Weights in a packed layout: activations become q8 rows (two per row in precise mode: the
+// row and its quantization residual, summed by the kernel), then each thread computes its
+// share of the 16-row weight groups against all activation rows.
+void mul_mat_packed(const Tensor& t, ComputeContext& ctx) {
+    const Tensor& w = *t.src[0];  // [K, N] packed
+    const Tensor& x = *t.src[1];  // [K, M...] F32
+    const PackedKernels& pk = *packed_kernels(w.type);
+    const int64_t K = w.ne[0], N = w.ne[1], M = x.nrows();
+    const size_t tile_bytes = act_tile_bytes(K);
+    const int pairs = ctx.precise ? 2 : 1;
+    int64_t r0, r1;
+    split_rows(M, ctx.ith, ctx.nth, r0, r1);
+    for (int64_t r = r0; r < r1; ++r) {
+        const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+        const int64_t a = r * pairs;  // activation row (and a + 1 for its residual)
+        pk.quantize_act(reinterpret_cast<const float*>(x.row(i1, i2, i3)), K, pk.offset,
+                        ctx.scratch + static_cast<size_t>(a / kActTile) * tile_bytes, static_cast<int>(a % kActTile), pairs == 2);
+    }
+    ctx.barrier();
+    // Split the groups evenly; every thread streams its own slice of the weights.
+    const int64_t n_groups = N / kPackRows;
+    int64_t g0, g1;
+    split_rows(n_groups, ctx.ith, ctx.nth, g0, g1);
+    if (g0 >= g1) return;
+    const size_t group_bytes = row_size(w.type, K) * kPackRows;
+    GemmTask task{.K = K,
+                  .w = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(g0) * group_bytes,
+                  .w_group_bytes = group_bytes,
+                  .n_groups = g1 - g0,
+                  .x = ctx.scratch,
+                  .M = M,
+                  .pairs = pairs,
+                  .y = static_cast<float*>(t.data) + g0 * kPackRows,
+                  .y_stride = static_cast<int64_t>(t.nb[1] / sizeof(float))};
+    pk.gemm(task);
+}
+
+}  // namespace
+
 void op_mul_mat(const Tensor& t, ComputeContext& ctx) {
     const Tensor& w = *t.src[0];
     const Tensor& x = *t.src[1];
+    if (w.layout == Layout::Packed16) {
+        mul_mat_packed(t, ctx);
+        return;
+    }
     const TypeKernels& k = kernels(w.type);
     const int64_t K = w.ne[0], N = w.ne[1];
     const int64_t M = x.nrows();

@@ -1,13 +1,14 @@
 // NEON (AArch64 Advanced SIMD) dot-product kernels, compiled on ARM64 only.
 //
-// The integer kernels exist twice: with the ARMv8.2 dot-product instruction
-// (SDOT, vdotq_s32: 4 int8 products into each int32 lane) and without it
-// (widening multiplies vmull_s8 + pairwise accumulate vpadalq_s16), because
-// ARMv8.0 cores (e.g. Cortex-A53/A72) lack SDOT. The build does not enable
-// dotprod globally, so the kernel bodies below are compiled twice by
-// including this file into itself: once plainly, once with the dotprod
-// target switched on by pragma. cpu_features.cpp reports whether the CPU has
-// it and the table at the end picks the variant.
+// The integer kernels exist three times: plain ARMv8.0 NEON (widening
+// multiplies vmull_s8 + pairwise accumulate vpadalq_s16, for cores such as
+// Cortex-A53/A72), with the ARMv8.2 dot-product instruction (SDOT,
+// vdotq_s32: 4 int8 products into each int32 lane), and with the int8
+// matrix multiply (SMMLA, vmmlaq_s32, FEAT_I8MM: Neoverse V1/N2, Apple M2+,
+// Graviton 3+). The build does not enable these globally, so the kernel
+// bodies below are compiled once per variant by including this file into
+// itself with the target switched on by pragma. cpu_features.cpp reports
+// what the CPU has and the table at the end picks the variant.
 //
 // Activation converters are bit-exact with the reference quantizers: NEON
 // has both rounding modes the references use as single instructions
@@ -32,6 +33,13 @@
 #define KILN_NEON_HAVE_DOTPROD 1
 #else
 #define KILN_NEON_HAVE_DOTPROD 0
+#endif
+// The same for i8mm (ARMv8.6 SMMLA, optional from v8.2): GCC >= 11, Clang >= 16.
+#if defined(__ARM_FEATURE_MATMUL_INT8) || (defined(__clang__) && __clang_major__ >= 16) || \
+    (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11)
+#define KILN_NEON_HAVE_I8MM KILN_NEON_HAVE_DOTPROD
+#else
+#define KILN_NEON_HAVE_I8MM 0
 #endif
 
 namespace kiln::cpu::detail {
@@ -248,10 +256,11 @@ void vec_dot_half(int64_t n, float* s, const void* vx, const void* vy) {
 
 }  // namespace neon_common
 
-// The integer kernels, twice.
+// The integer kernels, three times.
 #define KILN_NEON_BODY 1
 #define KILN_NEON_NS neon_plain
 #define KILN_NEON_DOTPROD 0
+#define KILN_NEON_I8MM 0
 #include "kernels_neon.cpp"  // this file again, in body mode
 #undef KILN_NEON_NS
 #undef KILN_NEON_DOTPROD
@@ -277,6 +286,36 @@ void vec_dot_half(int64_t n, float* s, const void* vx, const void* vy) {
 #endif
 #undef KILN_NEON_NS
 #undef KILN_NEON_DOTPROD
+#endif
+#undef KILN_NEON_I8MM
+
+// Third pass: SDOT where single dot products remain, SMMLA for pairs of
+// blocks or sub-blocks (see mmla2).
+#if KILN_NEON_HAVE_I8MM
+#define KILN_NEON_NS neon_i8mm
+#define KILN_NEON_DOTPROD 1
+#define KILN_NEON_I8MM 1
+#if !defined(__ARM_FEATURE_MATMUL_INT8) || !defined(__ARM_FEATURE_DOTPROD)
+#define KILN_NEON_I8MM_PRAGMA 1
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("dotprod,i8mm"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod+i8mm")
+#endif
+#endif
+#include "kernels_neon.cpp"  // this file again, in body mode
+#if defined(KILN_NEON_I8MM_PRAGMA)
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#undef KILN_NEON_I8MM_PRAGMA
+#endif
+#undef KILN_NEON_NS
+#undef KILN_NEON_DOTPROD
+#undef KILN_NEON_I8MM
 #endif
 
 namespace {
@@ -318,6 +357,9 @@ KILN_NEON_TABLE(neon_plain)
 #if KILN_NEON_HAVE_DOTPROD
 KILN_NEON_TABLE(neon_dotprod)
 #endif
+#if KILN_NEON_HAVE_I8MM
+KILN_NEON_TABLE(neon_i8mm)
+#endif
 
 constexpr TypeKernels kF32{Type::F32, from_float_f32, vec_dot_f32};
 constexpr TypeKernels kF16{Type::F16, from_float_f16, vec_dot_half<f16x4, f16_scalar>};
@@ -333,6 +375,9 @@ const TypeKernels* neon_kernels(Type t, const CpuFeatures& f) {
         case Type::BF16: return &kBF16;
         default: break;
     }
+#if KILN_NEON_HAVE_I8MM
+    if (f.i8mm && f.dotprod) return neon_i8mm_table::find(t);
+#endif
 #if KILN_NEON_HAVE_DOTPROD
     if (f.dotprod) return neon_dotprod_table::find(t);
 #endif
@@ -358,60 +403,131 @@ inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
 #endif
 }
 
+#if KILN_NEON_I8MM
+// SMMLA (vmmlaq_s32) reads each int8x16 as a 2x8 matrix (row 0 = bytes 0-7,
+// row 1 = bytes 8-15) and adds A * B^T to acc as [r0.c0, r0.c1, r1.c0, r1.c1].
+// With A's rows taken from xa and xb and B's from ya and yb (8-byte halves,
+// two instructions per 16 bytes), lane 0 gains xa . ya and lane 3 xb . yb;
+// lanes 1 and 2 gain cross products that every caller weighs by zero. In a
+// one-row-by-one-column dot product this does as much useful work per
+// instruction as SDOT (half of SMMLA's 32 products); SMMLA pays off in 2x2
+// tiles of weight rows by activation rows.
+inline int32x4_t mmla2(int32x4_t acc, int8x16_t xa, int8x16_t xb, int8x16_t ya, int8x16_t yb) {
+    const int64x2_t xa64 = vreinterpretq_s64_s8(xa), xb64 = vreinterpretq_s64_s8(xb);
+    const int64x2_t ya64 = vreinterpretq_s64_s8(ya), yb64 = vreinterpretq_s64_s8(yb);
+    acc = vmmlaq_s32(acc, vreinterpretq_s8_s64(vzip1q_s64(xa64, xb64)), vreinterpretq_s8_s64(vzip1q_s64(ya64, yb64)));
+    return vmmlaq_s32(acc, vreinterpretq_s8_s64(vzip2q_s64(xa64, xb64)), vreinterpretq_s8_s64(vzip2q_s64(ya64, yb64)));
+}
+
+// [s0, 0, 0, s1]: weighs lane 0 and lane 3 of an mmla2 result, drops the cross products.
+inline int32x4_t lanes03(int32_t s0, int32_t s1) { return vsetq_lane_s32(s1, vsetq_lane_s32(s0, vdupq_n_s32(0), 0), 3); }
+#endif
+
+// isum + s0 * (x0 . y0) + s1 * (x1 . y1), each a 16-element dot product
+// (two sub-blocks of a K-quant with their integer scales).
+inline int32x4_t dot16x2_scaled(int32x4_t isum, int8x16_t x0, int8x16_t y0, int32_t s0, int8x16_t x1, int8x16_t y1,
+                                int32_t s1) {
+#if KILN_NEON_I8MM
+    return vmlaq_s32(isum, mmla2(vdupq_n_s32(0), x0, x1, y0, y1), lanes03(s0, s1));
+#else
+    isum = vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), x0, y0), s0);
+    return vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), x1, y1), s1);
+#endif
+}
+
+// The same over 32-element sub-blocks: (x0a x0b) . (y0a y0b) and (x1a x1b) . (y1a y1b).
+inline int32x4_t dot32x2_scaled(int32x4_t isum, int8x16_t x0a, int8x16_t x0b, int8x16_t y0a, int8x16_t y0b, int32_t s0,
+                                int8x16_t x1a, int8x16_t x1b, int8x16_t y1a, int8x16_t y1b, int32_t s1) {
+#if KILN_NEON_I8MM
+    const int32x4_t r = mmla2(mmla2(vdupq_n_s32(0), x0a, x1a, y0a, y1a), x0b, x1b, y0b, y1b);
+    return vmlaq_s32(isum, r, lanes03(s0, s1));
+#else
+    isum = vmlaq_n_s32(isum, dot16(dot16(vdupq_n_s32(0), x0a, y0a), x0b, y0b), s0);
+    return vmlaq_n_s32(isum, dot16(dot16(vdupq_n_s32(0), x1a, y1a), x1b, y1b), s1);
+#endif
+}
+
 inline int8x16_t low_nibbles(uint8x16_t v) { return vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))); }
 inline int8x16_t high_nibbles(uint8x16_t v) { return vreinterpretq_s8_u8(vshrq_n_u8(v, 4)); }
 
-// 32-element blocks: four per step, their scale products converted together
-// and applied with lane-indexed FMAs.
-template <typename BX, typename BY, typename BlockDot>
-inline float dot_blocks(int64_t nb, const BX* x, const BY* y, BlockDot dot) {
+// 32-element blocks. A decoder turns one weight block into its 32 int8
+// values (elements 0-15, 16-31); the activation block's qs are int8 already.
+template <typename BX, typename BY, typename Decode>
+inline int32x4_t block_dot(const BX& x, const BY& y, Decode decode) {
+    int8x16_t lo, hi;
+    decode(x, lo, hi);
+    return dot16(dot16(vdupq_n_s32(0), lo, vld1q_s8(y.qs)), hi, vld1q_s8(y.qs + 16));
+}
+
+#if KILN_NEON_I8MM
+// Blocks x0 . y0 in lane 0 and x1 . y1 in lane 3 (lanes 1, 2: cross products).
+template <typename BX, typename BY, typename Decode>
+inline int32x4_t block_pair_dot(const BX& x0, const BY& y0, const BX& x1, const BY& y1, Decode decode) {
+    int8x16_t lo0, hi0, lo1, hi1;
+    decode(x0, lo0, hi0);
+    decode(x1, lo1, hi1);
+    const int32x4_t r = mmla2(vdupq_n_s32(0), lo0, lo1, vld1q_s8(y0.qs), vld1q_s8(y1.qs));
+    return mmla2(r, hi0, hi1, vld1q_s8(y0.qs + 16), vld1q_s8(y1.qs + 16));
+}
+#endif
+
+// Four blocks per step, their scale products converted together and applied
+// with lane-indexed FMAs (i8mm: by vectors that are zero in the cross lanes).
+template <typename BX, typename BY, typename Decode>
+inline float dot_blocks(int64_t nb, const BX* x, const BY* y, Decode decode) {
     float32x4_t acc[2] = {vdupq_n_f32(0), vdupq_n_f32(0)};
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const float32x4_t d = vmulq_f32(load4_fp16(&x[b].d, sizeof(BX)), load4_fp16(&y[b].d, sizeof(BY)));
-        acc[0] = vfmaq_laneq_f32(acc[0], vcvtq_f32_s32(dot(x[b], y[b])), d, 0);
-        acc[1] = vfmaq_laneq_f32(acc[1], vcvtq_f32_s32(dot(x[b + 1], y[b + 1])), d, 1);
-        acc[0] = vfmaq_laneq_f32(acc[0], vcvtq_f32_s32(dot(x[b + 2], y[b + 2])), d, 2);
-        acc[1] = vfmaq_laneq_f32(acc[1], vcvtq_f32_s32(dot(x[b + 3], y[b + 3])), d, 3);
+#if KILN_NEON_I8MM
+        const float32x4_t zero = vdupq_n_f32(0);
+        const float32x4_t d01 = vcopyq_laneq_f32(vcopyq_laneq_f32(zero, 0, d, 0), 3, d, 1);
+        const float32x4_t d23 = vcopyq_laneq_f32(vcopyq_laneq_f32(zero, 0, d, 2), 3, d, 3);
+        acc[0] = vfmaq_f32(acc[0], vcvtq_f32_s32(block_pair_dot(x[b], y[b], x[b + 1], y[b + 1], decode)), d01);
+        acc[1] = vfmaq_f32(acc[1], vcvtq_f32_s32(block_pair_dot(x[b + 2], y[b + 2], x[b + 3], y[b + 3], decode)), d23);
+#else
+        acc[0] = vfmaq_laneq_f32(acc[0], vcvtq_f32_s32(block_dot(x[b], y[b], decode)), d, 0);
+        acc[1] = vfmaq_laneq_f32(acc[1], vcvtq_f32_s32(block_dot(x[b + 1], y[b + 1], decode)), d, 1);
+        acc[0] = vfmaq_laneq_f32(acc[0], vcvtq_f32_s32(block_dot(x[b + 2], y[b + 2], decode)), d, 2);
+        acc[1] = vfmaq_laneq_f32(acc[1], vcvtq_f32_s32(block_dot(x[b + 3], y[b + 3], decode)), d, 3);
+#endif
     }
-    for (; b < nb; ++b) acc[0] = vfmaq_n_f32(acc[0], vcvtq_f32_s32(dot(x[b], y[b])), h2f(x[b].d) * h2f(y[b].d));
+    for (; b < nb; ++b) acc[0] = vfmaq_n_f32(acc[0], vcvtq_f32_s32(block_dot(x[b], y[b], decode)), h2f(x[b].d) * h2f(y[b].d));
     return vaddvq_f32(vaddq_f32(acc[0], acc[1]));
 }
 
-struct DotQ4_0 {
-    int32x4_t operator()(const block_q4_0& x, const block_q8_0& y) const {
+struct DecodeQ4_0 {
+    void operator()(const block_q4_0& x, int8x16_t& lo, int8x16_t& hi) const {
         const uint8x16_t raw = vld1q_u8(x.qs);
-        const int8x16_t eight = vdupq_n_s8(8);
-        const int32x4_t p = dot16(vdupq_n_s32(0), vsubq_s8(low_nibbles(raw), eight), vld1q_s8(y.qs));
-        return dot16(p, vsubq_s8(high_nibbles(raw), eight), vld1q_s8(y.qs + 16));
+        lo = vsubq_s8(low_nibbles(raw), vdupq_n_s8(8));
+        hi = vsubq_s8(high_nibbles(raw), vdupq_n_s8(8));
     }
 };
 
-struct DotQ8_0 {
-    int32x4_t operator()(const block_q8_0& x, const block_q8_0& y) const {
-        const int32x4_t p = dot16(vdupq_n_s32(0), vld1q_s8(x.qs), vld1q_s8(y.qs));
-        return dot16(p, vld1q_s8(x.qs + 16), vld1q_s8(y.qs + 16));
+struct DecodeQ8_0 {
+    void operator()(const block_q8_0& x, int8x16_t& lo, int8x16_t& hi) const {
+        lo = vld1q_s8(x.qs);
+        hi = vld1q_s8(x.qs + 16);
     }
 };
 
-struct DotIQ4_NL {
-    int32x4_t operator()(const block_iq4_nl& x, const block_q8_0& y) const {
+struct DecodeIQ4_NL {
+    void operator()(const block_iq4_nl& x, int8x16_t& lo, int8x16_t& hi) const {
         const int8x16_t table = vld1q_s8(kvalues_iq4nl);
         const uint8x16_t raw = vld1q_u8(x.qs);
-        const int8x16_t lo = vqtbl1q_s8(table, vandq_u8(raw, vdupq_n_u8(0x0F)));
-        const int8x16_t hi = vqtbl1q_s8(table, vshrq_n_u8(raw, 4));
-        return dot16(dot16(vdupq_n_s32(0), lo, vld1q_s8(y.qs)), hi, vld1q_s8(y.qs + 16));
+        lo = vqtbl1q_s8(table, vandq_u8(raw, vdupq_n_u8(0x0F)));
+        hi = vqtbl1q_s8(table, vshrq_n_u8(raw, 4));
     }
 };
 
 void vec_dot_q4_0(int64_t n, float* s, const void* vx, const void* vy) {
-    *s = dot_blocks(n / QK4_0, static_cast<const block_q4_0*>(vx), static_cast<const block_q8_0*>(vy), DotQ4_0{});
+    *s = dot_blocks(n / QK4_0, static_cast<const block_q4_0*>(vx), static_cast<const block_q8_0*>(vy), DecodeQ4_0{});
 }
 void vec_dot_q8_0(int64_t n, float* s, const void* vx, const void* vy) {
-    *s = dot_blocks(n / QK8_0, static_cast<const block_q8_0*>(vx), static_cast<const block_q8_0*>(vy), DotQ8_0{});
+    *s = dot_blocks(n / QK8_0, static_cast<const block_q8_0*>(vx), static_cast<const block_q8_0*>(vy), DecodeQ8_0{});
 }
 void vec_dot_iq4_nl(int64_t n, float* s, const void* vx, const void* vy) {
-    *s = dot_blocks(n / QK4_NL, static_cast<const block_iq4_nl*>(vx), static_cast<const block_q8_0*>(vy), DotIQ4_NL{});
+    *s = dot_blocks(n / QK4_NL, static_cast<const block_iq4_nl*>(vx), static_cast<const block_q8_0*>(vy), DecodeIQ4_NL{});
 }
 
 // Q4_1 / Q5_1 against Q8_1: sum over blocks of m_x * s_y, the offset term.
@@ -425,43 +541,42 @@ inline float offset_terms(int64_t nb, const BX* x, const block_q8_1* y) {
     return vaddvq_f32(acc) + tail;
 }
 
-struct DotQ4_1 {
-    int32x4_t operator()(const block_q4_1& x, const block_q8_1& y) const {
+struct DecodeQ4_1 {
+    void operator()(const block_q4_1& x, int8x16_t& lo, int8x16_t& hi) const {
         const uint8x16_t raw = vld1q_u8(x.qs);
-        return dot16(dot16(vdupq_n_s32(0), low_nibbles(raw), vld1q_s8(y.qs)), high_nibbles(raw), vld1q_s8(y.qs + 16));
+        lo = low_nibbles(raw);
+        hi = high_nibbles(raw);
     }
 };
 
 // Q5: nibble | 16 * bit (Q5_1), minus 16 for Q5_0.
 template <typename BX, bool Signed>
-struct DotQ5 {
-    template <typename BY>
-    int32x4_t operator()(const BX& x, const BY& y) const {
+struct DecodeQ5 {
+    void operator()(const BX& x, int8x16_t& lo, int8x16_t& hi) const {
         uint8x16_t hlo, hhi;
         expand_bits32(x.qh, hlo, hhi);
         const uint8x16_t raw = vld1q_u8(x.qs), sixteen = vdupq_n_u8(16);
-        int8x16_t lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0F)), vandq_u8(hlo, sixteen)));
-        int8x16_t hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(raw, 4), vandq_u8(hhi, sixteen)));
+        lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0F)), vandq_u8(hlo, sixteen)));
+        hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(raw, 4), vandq_u8(hhi, sixteen)));
         if constexpr (Signed) {
             lo = vsubq_s8(lo, vdupq_n_s8(16));
             hi = vsubq_s8(hi, vdupq_n_s8(16));
         }
-        return dot16(dot16(vdupq_n_s32(0), lo, vld1q_s8(y.qs)), hi, vld1q_s8(y.qs + 16));
     }
 };
 
 void vec_dot_q4_1(int64_t n, float* s, const void* vx, const void* vy) {
     const auto* x = static_cast<const block_q4_1*>(vx);
     const auto* y = static_cast<const block_q8_1*>(vy);
-    *s = dot_blocks(n / QK4_1, x, y, DotQ4_1{}) + offset_terms(n / QK4_1, x, y);
+    *s = dot_blocks(n / QK4_1, x, y, DecodeQ4_1{}) + offset_terms(n / QK4_1, x, y);
 }
 void vec_dot_q5_0(int64_t n, float* s, const void* vx, const void* vy) {
-    *s = dot_blocks(n / QK5_0, static_cast<const block_q5_0*>(vx), static_cast<const block_q8_0*>(vy), DotQ5<block_q5_0, true>{});
+    *s = dot_blocks(n / QK5_0, static_cast<const block_q5_0*>(vx), static_cast<const block_q8_0*>(vy), DecodeQ5<block_q5_0, true>{});
 }
 void vec_dot_q5_1(int64_t n, float* s, const void* vx, const void* vy) {
     const auto* x = static_cast<const block_q5_1*>(vx);
     const auto* y = static_cast<const block_q8_1*>(vy);
-    *s = dot_blocks(n / QK5_1, x, y, DotQ5<block_q5_1, false>{}) + offset_terms(n / QK5_1, x, y);
+    *s = dot_blocks(n / QK5_1, x, y, DecodeQ5<block_q5_1, false>{}) + offset_terms(n / QK5_1, x, y);
 }
 
 // K-quants: per super-block an int32x4 accumulates sub-block dot products
@@ -478,13 +593,11 @@ void vec_dot_q4_K(int64_t n, float* s, const void* vx, const void* vy) {
         const int8_t* a = y[b].qs;
         int32x4_t isum = vdupq_n_s32(0);
         for (int j = 0; j < 4; ++j) {
+            // Sub-block 2j: low nibbles; 2j + 1: high nibbles.
             const uint8x16_t q0 = vld1q_u8(x[b].qs + 32 * j), q1 = vld1q_u8(x[b].qs + 32 * j + 16);
-            int32x4_t lo = dot16(vdupq_n_s32(0), low_nibbles(q0), vld1q_s8(a + 64 * j));
-            lo = dot16(lo, low_nibbles(q1), vld1q_s8(a + 64 * j + 16));
-            int32x4_t hi = dot16(vdupq_n_s32(0), high_nibbles(q0), vld1q_s8(a + 64 * j + 32));
-            hi = dot16(hi, high_nibbles(q1), vld1q_s8(a + 64 * j + 48));
-            isum = vmlaq_n_s32(isum, lo, sc[2 * j]);
-            isum = vmlaq_n_s32(isum, hi, sc[2 * j + 1]);
+            isum = dot32x2_scaled(isum, low_nibbles(q0), low_nibbles(q1), vld1q_s8(a + 64 * j), vld1q_s8(a + 64 * j + 16),
+                                  sc[2 * j], high_nibbles(q0), high_nibbles(q1), vld1q_s8(a + 64 * j + 32),
+                                  vld1q_s8(a + 64 * j + 48), sc[2 * j + 1]);
         }
         const float dy = y[b].d;
         sum += dy * h2f(x[b].d) * static_cast<float>(vaddvq_s32(isum)) - dy * h2f(x[b].dmin) * static_cast<float>(msum);
@@ -513,10 +626,8 @@ void vec_dot_q5_K(int64_t n, float* s, const void* vx, const void* vy) {
             const int8x16_t l1 = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q1, vdupq_n_u8(0x0F)), vandq_u8(vtstq_u8(qh1, blo), sixteen)));
             const int8x16_t h0 = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q0, 4), vandq_u8(vtstq_u8(qh0, bhi), sixteen)));
             const int8x16_t h1 = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q1, 4), vandq_u8(vtstq_u8(qh1, bhi), sixteen)));
-            const int32x4_t lo = dot16(dot16(vdupq_n_s32(0), l0, vld1q_s8(a + 64 * j)), l1, vld1q_s8(a + 64 * j + 16));
-            const int32x4_t hi = dot16(dot16(vdupq_n_s32(0), h0, vld1q_s8(a + 64 * j + 32)), h1, vld1q_s8(a + 64 * j + 48));
-            isum = vmlaq_n_s32(isum, lo, sc[2 * j]);
-            isum = vmlaq_n_s32(isum, hi, sc[2 * j + 1]);
+            isum = dot32x2_scaled(isum, l0, l1, vld1q_s8(a + 64 * j), vld1q_s8(a + 64 * j + 16), sc[2 * j], h0, h1,
+                                  vld1q_s8(a + 64 * j + 32), vld1q_s8(a + 64 * j + 48), sc[2 * j + 1]);
         }
         const float dy = y[b].d;
         sum += dy * h2f(x[b].d) * static_cast<float>(vaddvq_s32(isum)) - dy * h2f(x[b].dmin) * static_cast<float>(msum);
@@ -540,6 +651,7 @@ void vec_dot_q6_K(int64_t n, float* s, const void* vx, const void* vy) {
         int32x4_t isum = vdupq_n_s32(0);
         for (int g = 0; g < 2; ++g) {
             const int8_t* a = y[b].qs + 128 * g;
+            int8x16_t w[2][4];  // [chunk h][p]
             for (int h = 0; h < 2; ++h) {
                 const uint8x16_t ql0 = vld1q_u8(x[b].ql + 64 * g + 16 * h);
                 const uint8x16_t ql1 = vld1q_u8(x[b].ql + 64 * g + 32 + 16 * h);
@@ -549,11 +661,12 @@ void vec_dot_q6_K(int64_t n, float* s, const void* vx, const void* vy) {
                 u[1] = vorrq_u8(vandq_u8(ql1, low4), vshlq_n_u8(vandq_u8(vshrq_n_u8(qh, 2), low2), 4));
                 u[2] = vorrq_u8(vshrq_n_u8(ql0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(qh, 4), low2), 4));
                 u[3] = vorrq_u8(vshrq_n_u8(ql1, 4), vshlq_n_u8(vshrq_n_u8(qh, 6), 4));
-                for (int p = 0; p < 4; ++p) {
-                    const int8x16_t w = vsubq_s8(vreinterpretq_s8_u8(u[p]), offset);
-                    const int32x4_t d = dot16(vdupq_n_s32(0), w, vld1q_s8(a + 32 * p + 16 * h));
-                    isum = vmlaq_n_s32(isum, d, sc[8 * g + 2 * p + h]);
-                }
+                for (int p = 0; p < 4; ++p) w[h][p] = vsubq_s8(vreinterpretq_s8_u8(u[p]), offset);
+            }
+            // The two 16-element chunks of sub-block pair p are sub-blocks 8g + 2p and 8g + 2p + 1.
+            for (int p = 0; p < 4; ++p) {
+                isum = dot16x2_scaled(isum, w[0][p], vld1q_s8(a + 32 * p), sc[8 * g + 2 * p], w[1][p],
+                                      vld1q_s8(a + 32 * p + 16), sc[8 * g + 2 * p + 1]);
             }
         }
         sum += y[b].d * h2f(x[b].d) * static_cast<float>(vaddvq_s32(isum));
@@ -585,16 +698,13 @@ void vec_dot_q2_K(int64_t n, float* s, const void* vx, const void* vy) {
         int32x4_t isum = vdupq_n_s32(0);
         for (int g = 0; g < 2; ++g) {
             const int8_t* a = y[b].qs + 128 * g;
-            for (int h = 0; h < 2; ++h) {
-                const uint8x16_t q = vld1q_u8(x[b].qs + 32 * g + 16 * h);
-                const int8x16_t v0 = vreinterpretq_s8_u8(vandq_u8(q, low2));
-                const int8x16_t v1 = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q, 2), low2));
-                const int8x16_t v2 = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q, 4), low2));
-                const int8x16_t v3 = vreinterpretq_s8_u8(vshrq_n_u8(q, 6));
-                isum = vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), v0, vld1q_s8(a + 16 * h)), sc[8 * g + h]);
-                isum = vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), v1, vld1q_s8(a + 32 + 16 * h)), sc[8 * g + 2 + h]);
-                isum = vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), v2, vld1q_s8(a + 64 + 16 * h)), sc[8 * g + 4 + h]);
-                isum = vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), v3, vld1q_s8(a + 96 + 16 * h)), sc[8 * g + 6 + h]);
+            const uint8x16_t q0 = vld1q_u8(x[b].qs + 32 * g), q1 = vld1q_u8(x[b].qs + 32 * g + 16);
+            for (int p = 0; p < 4; ++p) {
+                const int8x16_t shift = vdupq_n_s8(static_cast<int8_t>(-2 * p));
+                const int8x16_t v0 = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(q0, shift), low2));
+                const int8x16_t v1 = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(q1, shift), low2));
+                isum = dot16x2_scaled(isum, v0, vld1q_s8(a + 32 * p), sc[8 * g + 2 * p], v1, vld1q_s8(a + 32 * p + 16),
+                                      sc[8 * g + 2 * p + 1]);
             }
         }
         const float dy = y[b].d;
@@ -616,15 +726,17 @@ void vec_dot_q3_K(int64_t n, float* s, const void* vx, const void* vy) {
         int32x4_t isum = vdupq_n_s32(0);
         for (int g = 0; g < 2; ++g) {
             const int8_t* a = y[b].qs + 128 * g;
-            for (int h = 0; h < 2; ++h) {
-                const uint8x16_t q = vld1q_u8(x[b].qs + 32 * g + 16 * h);
-                const uint8x16_t hm = vld1q_u8(x[b].hmask + 16 * h);
-                for (int p = 0; p < 4; ++p) {
-                    const uint8x16_t low = vandq_u8(vshlq_u8(q, vdupq_n_s8(static_cast<int8_t>(-2 * p))), low2);
-                    const uint8x16_t hb = vandq_u8(vtstq_u8(hm, vdupq_n_u8(static_cast<uint8_t>(1u << (4 * g + p)))), four);
-                    const int8x16_t w = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, hb)), vdupq_n_s8(4));
-                    isum = vmlaq_n_s32(isum, dot16(vdupq_n_s32(0), w, vld1q_s8(a + 32 * p + 16 * h)), sc[8 * g + 2 * p + h]);
+            const uint8x16_t q[2] = {vld1q_u8(x[b].qs + 32 * g), vld1q_u8(x[b].qs + 32 * g + 16)};
+            const uint8x16_t hm[2] = {vld1q_u8(x[b].hmask), vld1q_u8(x[b].hmask + 16)};
+            for (int p = 0; p < 4; ++p) {
+                int8x16_t w[2];
+                for (int h = 0; h < 2; ++h) {
+                    const uint8x16_t low = vandq_u8(vshlq_u8(q[h], vdupq_n_s8(static_cast<int8_t>(-2 * p))), low2);
+                    const uint8x16_t hb = vandq_u8(vtstq_u8(hm[h], vdupq_n_u8(static_cast<uint8_t>(1u << (4 * g + p)))), four);
+                    w[h] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, hb)), vdupq_n_s8(4));
                 }
+                isum = dot16x2_scaled(isum, w[0], vld1q_s8(a + 32 * p), sc[8 * g + 2 * p], w[1], vld1q_s8(a + 32 * p + 16),
+                                      sc[8 * g + 2 * p + 1]);
             }
         }
         sum += y[b].d * h2f(x[b].d) * static_cast<float>(vaddvq_s32(isum));

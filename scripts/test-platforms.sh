@@ -1,0 +1,123 @@
+# The platform matrix of scripts/test.sh (sourced by it: uses its count and
+# tally helpers and ROOT, LOG, JOBS, KILN_PY, KILN_TESTDATA_DIR):
+#   - the kernel / op / GEMM tests once per x86 kernel set (KILN_CPU=scalar|avx2|avx512,
+#     the sets this CPU runs), and the engine's greedy checks once per set;
+#   - a KILN_OPENMP=ON build with the same tests;
+#   - Linux ARM64 (cross build, tests under qemu-aarch64): every kernel test with
+#     -cpu max (i8mm + dotprod variants), neoverse-n1 (dotprod) and cortex-a53
+#     (plain NEON), the GGUF, tokenizer, type and float-format tests, and greedy
+#     generation equal to x86-64's (scripts/cross-e2e.sh);
+#   - Windows x86-64 (MinGW cross build, tests under wine): the same unit tests and
+#     kiln-cli.exe generating from paths with spaces and non-ASCII characters.
+# Every stage prints its wall time. KILN_PLATFORMS (default "isa openmp arm64 windows")
+# picks stages.
+
+# Adds a GoogleTest binary's own summary to the totals (the binaries run
+# whole under emulation: one process, not one per test as ctest would).
+tally_gtest() {  # tally_gtest LABEL LOGFILE EXIT_STATUS
+  local p f
+  p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$2" | grep -oE '[0-9]+' | head -1)
+  f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$2" | grep -oE '[0-9]+' | head -1)
+  p=${p:-0}; f=${f:-0}
+  if [ "$3" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed, or failed outside a test
+  passed=$((passed + p)); failed=$((failed + f))
+  if [ "$f" -eq 0 ]; then echo "== $1: $p passed"; else echo "== $1: $p passed, $f FAILED (log: $2)"; grep -E '^\[  FAILED  \]|Failure|error' "$2" | head -10; fi
+}
+run_gtest() {  # run_gtest LABEL LOGNAME COMMAND...
+  local label="$1" log="$LOG/$2.log"; shift 2
+  "$@" --gtest_brief=1 >"$log" 2>&1
+  tally_gtest "$label" "$log" $?
+}
+stage_done() { echo "== $1: $(( SECONDS - $2 )) s"; }
+have_flags() { local f; for f in "$@"; do grep -qw "$f" /proc/cpuinfo || return 1; done; }
+
+PLATFORMS="${KILN_PLATFORMS:-isa openmp arm64 windows}"
+UNIT_TESTS=(test_cpu_kernels test_gguf test_tokenizer test_types test_quant_float)
+
+# ---- every x86 kernel set --------------------------------------------------
+if [[ " $PLATFORMS " == *" isa "* ]] && [ -x build/release/tests/test_cpu_kernels ]; then
+  t0=$SECONDS
+  isas=(scalar)
+  have_flags avx2 fma f16c && isas+=(avx2)
+  have_flags avx512f avx512bw avx512vl avx512dq && isas+=(avx512)
+  for isa in "${isas[@]}"; do
+    for t in test_cpu_kernels test_cpu_ops test_cpu_gemm; do
+      [ -x "build/release/tests/$t" ] || continue
+      KILN_CPU=$isa run_gtest "KILN_CPU=$isa $t" "isa-$isa-$t" "build/release/tests/$t"
+    done
+    KILN_CPU=$isa KILN_BUILD_DIR="$ROOT/build/release" "$KILN_PY" -m pytest -q tests/python/test_engine.py -k greedy \
+      >"$LOG/isa-$isa-engine.log" 2>&1
+    tally_pytest "$LOG/isa-$isa-engine.log"; echo "== KILN_CPU=$isa engine greedy: $(tail -1 "$LOG/isa-$isa-engine.log")"
+  done
+  stage_done "kernel sets (${isas[*]})" $t0
+fi
+
+# ---- KILN_OPENMP=ON --------------------------------------------------------
+if [[ " $PLATFORMS " == *" openmp "* ]]; then
+  t0=$SECONDS
+  echo "== KILN_OPENMP=ON build"
+  targets=(test_thread_pool test_cpu_ops test_cpu_kernels test_cpu_gemm test_scheduler)
+  existing=(); for t in "${targets[@]}"; do [ -f "tests/$t.cpp" ] && existing+=("$t"); done
+  if cmake --preset portable -B build/openmp -DKILN_OPENMP=ON -DKILN_BUILD_TOOLS=OFF -DKILN_BUILD_BENCH=OFF \
+       -DPython3_EXECUTABLE="$KILN_PY" >"$LOG/openmp-configure.log" 2>&1 &&
+     cmake --build build/openmp -j "$JOBS" --target "${existing[@]}" >"$LOG/openmp-build.log" 2>&1; then
+    count "KILN_OPENMP=ON build" 0
+    for t in "${existing[@]}"; do run_gtest "KILN_OPENMP=ON $t" "openmp-$t" "build/openmp/tests/$t"; done
+  else
+    tail -30 "$LOG/openmp-configure.log" "$LOG/openmp-build.log"; count "KILN_OPENMP=ON build" 1
+  fi
+  stage_done "KILN_OPENMP=ON" $t0
+fi
+
+# ---- Linux ARM64 under qemu ------------------------------------------------
+if [[ " $PLATFORMS " == *" arm64 "* ]]; then
+  t0=$SECONDS
+  echo "== linux-arm64-cross build (g++-aarch64-linux-gnu)"
+  B=build/linux-arm64-cross
+  if bash scripts/cross-deps.sh aarch64-linux-gnu >"$LOG/arm64-deps.log" 2>&1 &&
+     cmake --preset linux-arm64-cross -DPython3_EXECUTABLE="$KILN_PY" >"$LOG/arm64-configure.log" 2>&1 &&
+     cmake --build "$B" -j "$JOBS" --target "${UNIT_TESTS[@]}" kiln-cli >"$LOG/arm64-build.log" 2>&1; then
+    count "linux-arm64-cross build" 0
+    stage_done "linux-arm64-cross build" $t0; t1=$SECONDS
+    QEMU=(qemu-aarch64 -L /usr/aarch64-linux-gnu)
+    for cpu in max neoverse-n1 cortex-a53; do  # i8mm+dotprod, dotprod, plain NEON
+      QEMU_CPU=$cpu run_gtest "arm64 (qemu -cpu $cpu) test_cpu_kernels" "arm64-$cpu-kernels" "${QEMU[@]}" "$B/tests/test_cpu_kernels"
+    done
+    for t in "${UNIT_TESTS[@]:1}"; do
+      QEMU_CPU=max run_gtest "arm64 (qemu) $t" "arm64-$t" "${QEMU[@]}" "$B/tests/$t"
+    done
+    bash scripts/cross-e2e.sh arm64 build/release "$B" 2>&1 | tee "$LOG/arm64-e2e.log"
+    count "arm64 greedy generation equals x86-64" "${PIPESTATUS[0]}"
+    stage_done "linux-arm64 tests under qemu" $t1
+  else
+    tail -30 "$LOG/arm64-deps.log" "$LOG/arm64-configure.log" "$LOG/arm64-build.log"; count "linux-arm64-cross build" 1
+  fi
+  stage_done "linux-arm64 (all)" $t0
+fi
+
+# ---- Windows x86-64 (MinGW) under wine ---------------------------------------
+if [[ " $PLATFORMS " == *" windows "* ]]; then
+  t0=$SECONDS
+  echo "== windows-x64-mingw-cross build (MinGW-w64)"
+  B=build/windows-x64-mingw-cross
+  # A wine prefix of the project's own (made on first use, ~20 s); UTF-8 locale
+  # so that wine passes non-ASCII arguments through intact.
+  export WINEPREFIX="${WINEPREFIX:-$HOME/.cache/kiln/wine}" WINEDEBUG=-all LC_ALL=C.UTF-8
+  mkdir -p "$(dirname "$WINEPREFIX")"
+  if bash scripts/cross-deps.sh x86_64-w64-mingw32 >"$LOG/windows-deps.log" 2>&1 &&
+     cmake --preset windows-x64-mingw-cross -DPython3_EXECUTABLE="$KILN_PY" >"$LOG/windows-configure.log" 2>&1 &&
+     cmake --build "$B" -j "$JOBS" --target "${UNIT_TESTS[@]}" kiln-cli kiln-gguf >"$LOG/windows-build.log" 2>&1; then
+    count "windows-x64-mingw-cross build" 0
+    stage_done "windows-x64-mingw-cross build" $t0; t1=$SECONDS
+    for t in "${UNIT_TESTS[@]}"; do
+      run_gtest "windows (wine) $t" "windows-$t" wine "$B/tests/$t.exe"
+    done
+    bash scripts/cross-e2e.sh windows build/release "$B" 2>&1 | tee "$LOG/windows-e2e.log"
+    count "windows kiln-cli.exe with non-ASCII paths" "${PIPESTATUS[0]}"
+    stage_done "windows tests under wine" $t1
+  else
+    tail -30 "$LOG/windows-deps.log" "$LOG/windows-configure.log" "$LOG/windows-build.log"; count "windows-x64-mingw-cross build" 1
+  fi
+  unset LC_ALL
+  stage_done "windows (all)" $t0
+fi

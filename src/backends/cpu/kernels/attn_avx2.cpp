@@ -1,0 +1,263 @@
+// AVX2 + FMA + F16C attention kernels; see attn_kernels.h for the algorithm
+// and attn_avx512.cpp for the design (this is the same with 8 lanes: gemm
+// tiles of up to 6 rows x 16 columns, 8 x 8 transposes, the same exp).
+// Only called once isa_supported(Isa::Avx2) holds.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/kernels/attn_kernels.h"
+
+// Register tiles are arrays of vectors indexed by constants once unrolled; GCC otherwise keeps a
+// copy of the accumulators on the stack and stores it on every iteration.
+#if defined(__GNUC__) && !defined(__clang__)
+#define KILN_UNROLL _Pragma("GCC unroll 16")
+#else
+#define KILN_UNROLL
+#endif
+
+namespace kiln::cpu {
+
+namespace {
+
+inline __m256 exp8(__m256 x) {
+    const __m256 zero = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_GE_OQ);  // all-ones where kept
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.3762626647949f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    const __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    // 2^n built in the exponent field; n is in [-126, 128] after the clamp (128 gives inf).
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), zero);
+}
+
+inline __m256 tanh8(__m256 x) {
+    const __m256 e = exp8(_mm256_add_ps(x, x));
+    return _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+}
+
+inline float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+// ---- row loads -----------------------------------------------------------------------------------
+
+// Elements d .. d + min(rem, 8) of a row as floats, zeros beyond rem.
+template <Type T, bool Full = false>
+inline __m256 load8(const uint8_t* row, int64_t d, int64_t rem) {
+    if (!Full && rem < 8) {  // short tail (odd head sizes of the float types, padding)
+        alignas(32) float tmp[8] = {};
+        for (int64_t i = 0; i < rem; ++i) tmp[i] = attn_elem(T, row, d + i);
+        return _mm256_load_ps(tmp);
+    }
+    if constexpr (T == Type::F32) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + d);
+    } else if constexpr (T == Type::F16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + d)));
+    } else if constexpr (T == Type::BF16) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + d));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else {  // Q8_0: d is a multiple of 8 inside one block
+        const auto* b = reinterpret_cast<const block_q8_0*>(row) + d / QK8_0;
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + d % QK8_0));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(fp16_to_fp32(b->d)));
+    }
+}
+
+// ---- gemm: tiles of RB rows x 16 columns (N is a multiple of 16) -----------------------------
+
+// Full: all 16 columns of the tile are inside b_cols (no tail handling in the loop).
+template <int RB, Type T, bool Full>
+void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride, int64_t j0, int64_t b_cols,
+               float* C, int64_t ldc, const float* beta) {
+    __m256 acc[RB][2];
+    KILN_UNROLL
+    for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const int64_t rem0 = b_cols - j0, rem1 = b_cols - j0 - 8;
+    for (int64_t k = 0; k < K; ++k) {
+        const uint8_t* row = B + static_cast<size_t>(k) * b_stride;
+        const __m256 b0 = load8<T, Full>(row, j0, rem0), b1 = load8<T, Full>(row, j0 + 8, rem1);
+        KILN_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            const __m256 a = _mm256_broadcast_ss(A + r * lda + k);
+            acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+    KILN_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        KILN_UNROLL
+        for (int c = 0; c < 2; ++c) {
+            float* out = C + r * ldc + j0 + 8 * c;
+            __m256 v = acc[r][c];
+            if (beta) v = _mm256_fmadd_ps(_mm256_loadu_ps(out), _mm256_set1_ps(beta[r]), v);
+            _mm256_storeu_ps(out, v);
+        }
+    }
+}
+
+using TileFn = void (*)(int64_t, const float*, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t,
+                        const float*);
+template <Type T, bool Full>
+constexpr TileFn kTiles[6] = {gemm_tile<1, T, Full>, gemm_tile<2, T, Full>, gemm_tile<3, T, Full>,
+                              gemm_tile<4, T, Full>, gemm_tile<5, T, Full>, gemm_tile<6, T, Full>};
+
+template <Type T>
+void gemm_t(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride,
+            int64_t b_cols, float* C, int64_t ldc, const float* beta) {
+    for (int64_t j = 0; j < N; j += 16) {
+        const TileFn* tiles = b_cols >= j + 16 ? kTiles<T, true> : kTiles<T, false>;
+        for (int64_t r = 0; r < M; r += 6) {
+            const int64_t rb = std::min<int64_t>(6, M - r);
+            tiles[rb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc, beta ? beta + r : nullptr);
+        }
+    }
+}
+
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt, const uint8_t* B, size_t b_stride,
+          int64_t b_cols, float* C, int64_t ldc, const float* beta) {
+    switch (bt) {
+        case Type::F32: return gemm_t<Type::F32>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
+        case Type::F16: return gemm_t<Type::F16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
+        case Type::BF16: return gemm_t<Type::BF16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
+        default: return gemm_t<Type::Q8_0>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
+    }
+}
+
+// ---- conversions --------------------------------------------------------------------------------
+
+// In-register transpose: on return r[j] holds element j of every input vector.
+inline void transpose8(__m256 r[8]) {
+    __m256 t[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    // u[4g + c], 128-bit lane L: rows 4g .. 4g+3 of column 4L + c
+    __m256 u[8];
+    for (int g = 0; g < 2; ++g) {
+        u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+
+template <Type T>
+void k_transpose_t(const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
+    const int64_t np = attn_pad(n);
+    for (int64_t i0 = 0; i0 < np; i0 += 8) {
+        const int64_t ni = std::clamp<int64_t>(n - i0, 0, 8);
+        for (int64_t d0 = 0; d0 < hd; d0 += 8) {
+            const int64_t nd = std::min<int64_t>(8, hd - d0);
+            __m256 r[8];
+            for (int64_t i = 0; i < 8; ++i) {
+                r[i] = i < ni ? load8<T>(src + static_cast<size_t>(i0 + i) * stride, d0, nd) : _mm256_setzero_ps();
+            }
+            transpose8(r);
+            for (int64_t j = 0; j < nd; ++j) _mm256_storeu_ps(dst + (d0 + j) * ld + i0, r[j]);
+        }
+    }
+}
+
+void k_transpose(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
+    switch (t) {
+        case Type::F32: return k_transpose_t<Type::F32>(src, stride, n, hd, dst, ld);
+        case Type::F16: return k_transpose_t<Type::F16>(src, stride, n, hd, dst, ld);
+        case Type::BF16: return k_transpose_t<Type::BF16>(src, stride, n, hd, dst, ld);
+        default: return k_transpose_t<Type::Q8_0>(src, stride, n, hd, dst, ld);
+    }
+}
+
+template <Type T>
+void v_rows_t(const uint8_t* src, size_t stride, int64_t n, int64_t hdv, float* dst, int64_t ld) {
+    const int64_t cp = attn_pad(hdv);
+    for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* row = src + static_cast<size_t>(i) * stride;
+        for (int64_t c = 0; c < cp; c += 8) {
+            _mm256_storeu_ps(dst + i * ld + c, c < hdv ? load8<T>(row, c, hdv - c) : _mm256_setzero_ps());
+        }
+    }
+}
+
+void v_rows(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hdv, float* dst, int64_t ld) {
+    switch (t) {
+        case Type::F32: return v_rows_t<Type::F32>(src, stride, n, hdv, dst, ld);
+        case Type::F16: return v_rows_t<Type::F16>(src, stride, n, hdv, dst, ld);
+        case Type::BF16: return v_rows_t<Type::BF16>(src, stride, n, hdv, dst, ld);
+        default: return v_rows_t<Type::Q8_0>(src, stride, n, hdv, dst, ld);
+    }
+}
+
+// ---- softmax rows (vector body, scalar tail) ----------------------------------------------------
+
+float score_row(float* s, const float* mask, int64_t n, float softcap) {
+    __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    const __m256 cap = _mm256_set1_ps(softcap);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 x = _mm256_loadu_ps(s + j);
+        if (softcap > 0) x = _mm256_mul_ps(cap, tanh8(_mm256_div_ps(x, cap)));
+        x = _mm256_add_ps(x, _mm256_loadu_ps(mask + j));
+        _mm256_storeu_ps(s + j, x);
+        mx = _mm256_max_ps(mx, x);
+    }
+    float m = hmax8(mx);
+    for (; j < n; ++j) {
+        float x = s[j];
+        if (softcap > 0) x = softcap * std::tanh(x / softcap);
+        s[j] = x + mask[j];
+        m = std::max(m, s[j]);
+    }
+    return m;
+}
+
+float exp_row(float* s, int64_t n, float m) {
+    __m256 sum = _mm256_setzero_ps();
+    const __m256 vm = _mm256_set1_ps(m);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        _mm256_storeu_ps(s + j, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float total = hsum8(sum);
+    for (; j < n; ++j) total += (s[j] = std::exp(s[j] - m));
+    return total;
+}
+
+}  // namespace
+
+namespace detail {
+const AttnKernels& attn_avx2() {
+    static const AttnKernels k{
+        .gemm = gemm, .k_transpose = k_transpose, .v_rows = v_rows, .score_row = score_row, .exp_row = exp_row};
+    return k;
+}
+}  // namespace detail
+
+}  // namespace kiln::cpu

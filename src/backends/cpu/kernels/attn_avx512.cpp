@@ -1,0 +1,300 @@
+// AVX-512 (F + BW + VL + DQ) attention kernels; see attn_kernels.h for the
+// algorithm. Only called once isa_supported(Isa::Avx512) holds.
+//
+//  * gemm: register tiles of 8 rows x 32 columns (16 accumulators); A's
+//    elements are broadcast, B's rows loaded (and converted) as vectors, so
+//    up to 8 query rows convert each V element once and neither operand
+//    is transposed inside the loop. Q K^T therefore wants K transposed, which
+//    k_transpose does once per key block (16 x 16 in-register transposes)
+//    while converting it to float; the block is then reused by every query
+//    row of the tile (n_rep heads x the tokens of the query block).
+//  * exp: range reduction x = n ln2 + r (|r| <= ln2/2, ln2 split in two
+//    parts), exp(r) = 1 + r + r^2 P(r) with the degree-5 minimax polynomial
+//    of the Cephes expf, then scaling by 2^n; about 1-2 ulp. Inputs below
+//    -87.3 (including -inf) give exactly 0.
+
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 headers trigger -Wmaybe-uninitialized on their own
+// _mm512_undefined_*() placeholders once inlined (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "backends/cpu/kernels/attn_kernels.h"
+
+// Register tiles are arrays of vectors indexed by constants once unrolled; GCC otherwise keeps a
+// copy of the accumulators on the stack and stores it on every iteration.
+#if defined(__GNUC__) && !defined(__clang__)
+#define KILN_UNROLL _Pragma("GCC unroll 16")
+#else
+#define KILN_UNROLL
+#endif
+
+namespace kiln::cpu {
+
+namespace {
+
+// Lanes 0 .. rem - 1 (rem may be <= 0 or >= 16).
+inline __mmask16 tail_mask(int64_t rem) {
+    if (rem <= 0) return 0;
+    return rem >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << rem) - 1u);
+}
+
+inline __m512 exp16(__m512 x) {
+    const __mmask16 zero = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.3762626647949f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    const __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero), _mm512_scalef_ps(y, n));
+}
+
+// tanh(x) = 1 - 2 / (exp(2x) + 1): saturates to +-1 without overflow trouble.
+inline __m512 tanh16(__m512 x) {
+    const __m512 e = exp16(_mm512_add_ps(x, x));
+    return _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+}
+
+// ---- row loads -----------------------------------------------------------------------------------
+
+// Elements d .. d + 16 of a row as floats, zeros where m is clear.
+template <Type T>
+inline __m512 load16(const uint8_t* row, int64_t d, __mmask16 m) {
+    if constexpr (T == Type::F32) {
+        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + d);
+    } else if constexpr (T == Type::F16) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + d));
+    } else if constexpr (T == Type::BF16) {
+        const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + d);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {  // Q8_0: rows are whole blocks, so d is a multiple of 16 and m is full (or empty past the row)
+        if (m == 0) return _mm512_setzero_ps();
+        const auto* b = reinterpret_cast<const block_q8_0*>(row) + d / QK8_0;
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + d % QK8_0));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(fp16_to_fp32(b->d)));
+    }
+}
+
+// ---- gemm: tiles of up to 8 rows x 32 columns (16 accumulators) -----------------------------------
+
+template <int RB, int CB, Type T>
+void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride, int64_t j0, int64_t b_cols,
+               float* C, int64_t ldc, const float* beta) {
+    __mmask16 m[CB];
+    KILN_UNROLL
+    for (int c = 0; c < CB; ++c) m[c] = tail_mask(b_cols - j0 - 16 * c);
+    __m512 acc[RB][CB];
+    KILN_UNROLL
+    for (int r = 0; r < RB; ++r)
+        KILN_UNROLL
+        for (int c = 0; c < CB; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; ++k) {
+        const uint8_t* row = B + static_cast<size_t>(k) * b_stride;
+        __m512 b[CB];
+        KILN_UNROLL
+        for (int c = 0; c < CB; ++c) b[c] = load16<T>(row, j0 + 16 * c, m[c]);
+        KILN_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            const __m512 a = _mm512_set1_ps(A[r * lda + k]);
+            KILN_UNROLL
+            for (int c = 0; c < CB; ++c) acc[r][c] = _mm512_fmadd_ps(a, b[c], acc[r][c]);
+        }
+    }
+    KILN_UNROLL
+    for (int r = 0; r < RB; ++r) {
+        KILN_UNROLL
+        for (int c = 0; c < CB; ++c) {
+            float* out = C + r * ldc + j0 + 16 * c;
+            __m512 v = acc[r][c];
+            if (beta) v = _mm512_fmadd_ps(_mm512_loadu_ps(out), _mm512_set1_ps(beta[r]), v);
+            _mm512_storeu_ps(out, v);
+        }
+    }
+}
+
+using TileFn = void (*)(int64_t, const float*, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t,
+                        const float*);
+template <Type T, int RB>
+constexpr TileFn kTilesOfRows[2] = {gemm_tile<RB, 1, T>, gemm_tile<RB, 2, T>};
+template <Type T>
+constexpr const TileFn* kTiles[8] = {kTilesOfRows<T, 1>, kTilesOfRows<T, 2>, kTilesOfRows<T, 3>, kTilesOfRows<T, 4>,
+                                     kTilesOfRows<T, 5>, kTilesOfRows<T, 6>, kTilesOfRows<T, 7>, kTilesOfRows<T, 8>};
+
+template <Type T>
+void gemm_t(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride,
+            int64_t b_cols, float* C, int64_t ldc, const float* beta) {
+    for (int64_t j = 0; j < N; j += 32) {
+        const int64_t cb = std::min<int64_t>(2, (N - j) / 16);
+        for (int64_t r = 0; r < M; r += 8) {
+            const int64_t rb = std::min<int64_t>(8, M - r);
+            kTiles<T>[rb - 1][cb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc,
+                                      beta ? beta + r : nullptr);
+        }
+    }
+}
+
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt, const uint8_t* B, size_t b_stride,
+          int64_t b_cols, float* C, int64_t ldc, const float* beta) {
+    switch (bt) {
+        case Type::F32: return gemm_t<Type::F32>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
+        case Type::F16: return gemm_t<Type::F16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
+        case Type::BF16: return gemm_t<Type::BF16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
+        default: return gemm_t<Type::Q8_0>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
+    }
+}
+
+// ---- conversions --------------------------------------------------------------------------------
+
+// In-register transpose: on return r[j] holds element j of every input vector.
+inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    // u[4g + c], 128-bit lane L: rows 4g .. 4g+3 of column 4L + c
+    __m512 u[16];
+    for (int g = 0; g < 4; ++g) {
+        u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    // then a 4 x 4 transpose of 128-bit lanes among u[c], u[4+c], u[8+c], u[12+c]
+    for (int c = 0; c < 4; ++c) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        const __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        const __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        r[4 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+}
+
+// A full 16 x 16 tile, transposed mostly by loads: the rows are converted to float in tmp, then
+// register Z_j of column group g takes lane L from row 4L + j, columns 4g .. 4g+3 (a load and three
+// lane inserts, which issue on two ports), so a 4 x 4 transpose inside the 128-bit lanes finishes
+// it. transpose16 needs 64 shuffles on the one shuffle port; this needs 32 there plus 48 inserts.
+template <Type T>
+inline void k_tile16(const uint8_t* src, size_t stride, int64_t d0, float* dst, int64_t ld) {
+    alignas(64) float tmp[16][16];
+    for (int i = 0; i < 16; ++i) _mm512_store_ps(tmp[i], load16<T>(src + static_cast<size_t>(i) * stride, d0, 0xffff));
+    for (int g = 0; g < 4; ++g) {
+        __m512 z[4];
+        for (int j = 0; j < 4; ++j) {
+            __m512 v = _mm512_castps128_ps512(_mm_load_ps(&tmp[j][4 * g]));
+            v = _mm512_insertf32x4(v, _mm_load_ps(&tmp[4 + j][4 * g]), 1);
+            v = _mm512_insertf32x4(v, _mm_load_ps(&tmp[8 + j][4 * g]), 2);
+            z[j] = _mm512_insertf32x4(v, _mm_load_ps(&tmp[12 + j][4 * g]), 3);
+        }
+        const __m512 t0 = _mm512_unpacklo_ps(z[0], z[1]), t1 = _mm512_unpackhi_ps(z[0], z[1]);
+        const __m512 t2 = _mm512_unpacklo_ps(z[2], z[3]), t3 = _mm512_unpackhi_ps(z[2], z[3]);
+        float* out = dst + (d0 + 4 * g) * ld;
+        _mm512_storeu_ps(out, _mm512_shuffle_ps(t0, t2, 0x44));
+        _mm512_storeu_ps(out + ld, _mm512_shuffle_ps(t0, t2, 0xEE));
+        _mm512_storeu_ps(out + 2 * ld, _mm512_shuffle_ps(t1, t3, 0x44));
+        _mm512_storeu_ps(out + 3 * ld, _mm512_shuffle_ps(t1, t3, 0xEE));
+    }
+}
+
+template <Type T>
+void k_transpose_t(const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
+    for (int64_t i0 = 0; i0 < n; i0 += 16) {
+        const int64_t ni = std::min<int64_t>(16, n - i0);
+        for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+            const int64_t nd = std::min<int64_t>(16, hd - d0);
+            if (ni == 16 && nd == 16) {
+                k_tile16<T>(src + static_cast<size_t>(i0) * stride, stride, d0, dst + i0, ld);
+                continue;
+            }
+            __m512 r[16];  // edge tile: rows past n are zeros, the all-shuffle transpose
+            for (int64_t i = 0; i < 16; ++i) {
+                r[i] = i < ni ? load16<T>(src + static_cast<size_t>(i0 + i) * stride, d0, tail_mask(nd)) : _mm512_setzero_ps();
+            }
+            transpose16(r);
+            for (int64_t j = 0; j < nd; ++j) _mm512_storeu_ps(dst + (d0 + j) * ld + i0, r[j]);
+        }
+    }
+}
+
+void k_transpose(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
+    switch (t) {
+        case Type::F32: return k_transpose_t<Type::F32>(src, stride, n, hd, dst, ld);
+        case Type::F16: return k_transpose_t<Type::F16>(src, stride, n, hd, dst, ld);
+        case Type::BF16: return k_transpose_t<Type::BF16>(src, stride, n, hd, dst, ld);
+        default: return k_transpose_t<Type::Q8_0>(src, stride, n, hd, dst, ld);
+    }
+}
+
+template <Type T>
+void v_rows_t(const uint8_t* src, size_t stride, int64_t n, int64_t hdv, float* dst, int64_t ld) {
+    const int64_t cp = attn_pad(hdv);
+    for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* row = src + static_cast<size_t>(i) * stride;
+        for (int64_t c = 0; c < cp; c += 16) _mm512_storeu_ps(dst + i * ld + c, load16<T>(row, c, tail_mask(hdv - c)));
+    }
+}
+
+void v_rows(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hdv, float* dst, int64_t ld) {
+    switch (t) {
+        case Type::F32: return v_rows_t<Type::F32>(src, stride, n, hdv, dst, ld);
+        case Type::F16: return v_rows_t<Type::F16>(src, stride, n, hdv, dst, ld);
+        case Type::BF16: return v_rows_t<Type::BF16>(src, stride, n, hdv, dst, ld);
+        default: return v_rows_t<Type::Q8_0>(src, stride, n, hdv, dst, ld);
+    }
+}
+
+// ---- softmax rows -------------------------------------------------------------------------------
+
+float score_row(float* s, const float* mask, int64_t n, float softcap) {
+    __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    const __m512 cap = _mm512_set1_ps(softcap);
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 m = tail_mask(n - j);
+        __m512 x = _mm512_maskz_loadu_ps(m, s + j);
+        if (softcap > 0) x = _mm512_mul_ps(cap, tanh16(_mm512_div_ps(x, cap)));
+        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, mask + j));
+        _mm512_mask_storeu_ps(s + j, m, x);
+        mx = _mm512_mask_max_ps(mx, m, mx, x);
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+
+float exp_row(float* s, int64_t n, float m) {
+    __m512 sum = _mm512_setzero_ps();
+    const __m512 vm = _mm512_set1_ps(m);
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 k = tail_mask(n - j);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
+        _mm512_mask_storeu_ps(s + j, k, e);
+        sum = _mm512_mask_add_ps(sum, k, sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+}  // namespace
+
+namespace detail {
+const AttnKernels& attn_avx512() {
+    static const AttnKernels k{
+        .gemm = gemm, .k_transpose = k_transpose, .v_rows = v_rows, .score_row = score_row, .exp_row = exp_row};
+    return k;
+}
+}  // namespace detail
+
+}  // namespace kiln::cpu

@@ -1,0 +1,87 @@
+// CPU attention kernels, one table per instruction set (scalar reference,
+// AVX2, AVX-512; NEON uses the scalar table), chosen at run time like the
+// matmul kernels. op_attention (ops_attention.cpp) tiles the work flash-
+// attention style and calls these for the arithmetic:
+//
+//   for each (query block, KV head):       Q [M = tokens x n_rep, hd]
+//     for each visible key block of nk:    K^T [hd, nk], V [nk, hdv] as float
+//       S = Q K^T                          gemm
+//       S = softcap(S) + mask; row max     score_row
+//       P = exp(S - m); row sum            exp_row
+//       O = O * corr + P V                 gemm with per-row beta, V read
+//                                          as stored (or as a float tile)
+//
+// Every float matrix is row-major, with the leading dimension in floats.
+// Column counts given to gemm are multiples of kAttnLanes and the tiles are
+// padded to that, so the vector code needs no column tails.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cpu/kernels/kernels.h"
+#include "core/float_convert.h"
+#include "core/quant_blocks.h"
+#include "core/types.h"
+
+namespace kiln::cpu {
+
+// Column padding of every attention tile (one AVX-512 register of floats).
+inline constexpr int64_t kAttnLanes = 16;
+inline constexpr int64_t attn_pad(int64_t n) { return (n + kAttnLanes - 1) / kAttnLanes * kAttnLanes; }
+
+// C [M, N] = (beta ? C * beta[r] : 0) + A [M, K] * B [K, N], N a multiple of kAttnLanes. B's row k
+// is b_cols elements of type bt (a native type) at B + k * b_stride, read as zeros from b_cols to N:
+// an F32 tile, or V rows straight from the cache.
+using AttnGemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt, const uint8_t* B,
+                            size_t b_stride, int64_t b_cols, float* C, int64_t ldc, const float* beta);
+// n K rows of hd elements (row i at src + i * stride, of type t) as float, transposed:
+// dst[d * ld + i]. Columns n .. attn_pad(n) are written as zeros; ld >= attn_pad(n).
+using AttnKTransposeFn = void (*)(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst,
+                                  int64_t ld);
+// n V rows of hdv elements as float: dst[i * ld + c]; columns hdv .. attn_pad(hdv) are zeros.
+using AttnVRowsFn = void (*)(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hdv, float* dst, int64_t ld);
+// One row of scores: s[j] = (softcap > 0 ? softcap * tanh(s[j] / softcap) : s[j]) + mask[j], j < n;
+// returns the row's maximum (-inf when every key is masked).
+using AttnScoreRowFn = float (*)(float* s, const float* mask, int64_t n, float softcap);
+// s[j] = exp(s[j] - m) for j < n (exp(-inf) = 0); returns the sum. m is finite.
+using AttnExpRowFn = float (*)(float* s, int64_t n, float m);
+
+struct AttnKernels {
+    AttnGemmFn gemm = nullptr;
+    AttnKTransposeFn k_transpose = nullptr;
+    AttnVRowsFn v_rows = nullptr;
+    AttnScoreRowFn score_row = nullptr;
+    AttnExpRowFn exp_row = nullptr;
+};
+
+// The table of an instruction set (the scalar one where the set has none).
+// The set must be supported (isa_supported); op_attention passes selected_isa().
+const AttnKernels& attn_kernels(Isa isa);
+
+// KV cache types the converters read directly; op_attention dequantizes any
+// other type to F32 rows first.
+inline bool attn_native_type(Type t) { return t == Type::F32 || t == Type::F16 || t == Type::BF16 || t == Type::Q8_0; }
+
+// Element d of a row of a native type (tails and the scalar table).
+inline float attn_elem(Type t, const uint8_t* row, int64_t d) {
+    switch (t) {
+        case Type::F32: return reinterpret_cast<const float*>(row)[d];
+        case Type::F16: return fp16_to_fp32(reinterpret_cast<const fp16_t*>(row)[d]);
+        case Type::BF16: return bf16_to_fp32(reinterpret_cast<const bf16_t*>(row)[d]);
+        default: {  // Q8_0
+            const auto* b = reinterpret_cast<const block_q8_0*>(row) + d / QK8_0;
+            return fp16_to_fp32(b->d) * static_cast<float>(b->qs[d % QK8_0]);
+        }
+    }
+}
+
+namespace detail {
+const AttnKernels& attn_scalar();
+#if defined(KILN_ARCH_X86)
+const AttnKernels& attn_avx2();
+const AttnKernels& attn_avx512();
+#endif
+}  // namespace detail
+
+}  // namespace kiln::cpu

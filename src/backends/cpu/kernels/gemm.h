@@ -1,0 +1,66 @@
+// Matrix products with weights repacked into the interleaved x16 layouts of
+// core/quant_blocks.h (see core/quant_repack.h). One kernel call computes groups of
+// kPackRows weight rows against a tile of activation rows, so each weight load feeds
+// many dot products (prompt processing) and weights stream once per token (generation).
+//
+// Activations are first converted, once per matmul and shared by all threads, into q8
+// "tiles" of kActTile rows: for each 32-element block b, the tile stores the kActTile
+// rows' int8 quants (32 bytes each), then their scales d, then their corrections corr =
+// -offset * sum(q), offset being what the packed weight layout adds to each weight quant:
+//   dot(w, x) = sum over blocks b of  d_w[b] * d_x[b] * (sum_i (qw_i + offset) qx_i + corr[b]).
+// Every operand of a tile is then at a constant offset from one pointer per block.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/cpu/kernels/kernels.h"
+#include "core/types.h"
+
+namespace kiln::cpu {
+
+constexpr int kActTile = 8;  // activation rows per tile
+// One block of a tile: kActTile x 32 quants, kActTile float d, kActTile int32 corr.
+constexpr size_t kActBlockBytes = kActTile * (32 + sizeof(float) + sizeof(int32_t));
+
+// Bytes of one tile of K-element rows.
+inline size_t act_tile_bytes(int64_t K) { return static_cast<size_t>(K / 32) * kActBlockBytes; }
+// Bytes for `rows` activation rows.
+inline size_t act_bytes(int64_t K, int64_t rows) { return act_tile_bytes(K) * static_cast<size_t>((rows + kActTile - 1) / kActTile); }
+
+struct GemmTask {
+    int64_t K = 0;               // elements per row (weights and activations)
+    const uint8_t* w = nullptr;  // packed weights: the first group to compute
+    size_t w_group_bytes = 0;    // bytes per group of kPackRows rows
+    int64_t n_groups = 0;        // groups to compute
+    const uint8_t* x = nullptr;  // activation tiles (act_tile_bytes(K) apart)
+    int64_t M = 0;               // output rows; activation rows are M * pairs
+    int pairs = 1;               // 2: activation rows 2m and 2m+1 (a row and its residual) add into output m
+    float* y = nullptr;          // output m, weight row n (relative to the first group): y[m * y_stride + n]
+    int64_t y_stride = 0;        // floats
+};
+
+struct PackedKernels {
+    int32_t offset;  // what the packed layout adds to each quant
+    // Converts one row of K floats into column `col` of an activation tile; with_resid also
+    // writes the quantization residual x - dequant(q) into column col + 1 (precise mode,
+    // MatmulPrecision::Precise; col is then even).
+    void (*quantize_act)(const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
+    void (*gemm)(const GemmTask& t);
+};
+
+// Packed kernels for weight type t in instruction set isa, falling back to the scalar
+// reference for sets that have none of their own; null if t has no packed layout.
+const PackedKernels* packed_kernels(Type t, Isa isa);
+inline const PackedKernels* packed_kernels(Type t) { return packed_kernels(t, selected_isa()); }
+// True if isa has its own (accelerated) packed kernels for t, i.e. repacking pays off.
+bool packed_accelerated(Type t, Isa isa);
+
+namespace detail {
+const PackedKernels* packed_scalar(Type t);
+#if defined(KILN_ARCH_X86)
+const PackedKernels* packed_avx512(Type t, const CpuFeatures& f);
+#endif
+}  // namespace detail
+
+}  // namespace kiln::cpu

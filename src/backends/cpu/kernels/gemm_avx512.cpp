@@ -1,0 +1,194 @@
+// AVX-512 VNNI packed GEMM kernels (gemm.h) for q4_0 and q8_0 weights.
+//
+// A 512-bit register holds one 32-bit lane per weight row of a 16-row group; vpdpbusd
+// multiplies 4 unsigned weight quants of every row with 4 signed activation quants
+// broadcast to all lanes. Per 32-element block and activation row that is 8 vpdpbusd
+// (starting from the block's offset correction), one int->float conversion, one scale by
+// the activation's d and one FMA with the 16 weight scales. The weight block is loaded
+// (and for q4_0 unpacked) once for a tile of up to 8 activation rows.
+#include <immintrin.h>
+
+// GCC 12's AVX-512 headers trigger -Wmaybe-uninitialized on their own intrinsics
+// (_mm512_undefined_* inside cvtph/cvtepi32); the code here initialises everything.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include <algorithm>
+
+#include "backends/cpu/kernels/gemm.h"
+#include "core/quant_blocks.h"
+
+namespace kiln::cpu {
+namespace {
+
+
+// Horizontal max / sum (GCC 12's _mm512_reduce_* trip -Wmaybe-uninitialized).
+inline float hmax(__m512 v) {
+    __m256 a = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_max_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_max_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+inline int32_t hsum(__m512i v) {
+    __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti32x8_epi32(v, 1));
+    __m128i b = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0x4E));
+    b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0xB1));
+    return _mm_cvtsi128_si32(b);
+}
+
+// Quantizes 32 floats (v0, v1) into column col of a tile block; rounding as the scalar
+// reference (x * (1/d), round to nearest even), so both produce identical tiles.
+inline void quantize32(__m512 v0, __m512 v1, uint8_t* blk, int col, int32_t offset, __m512i& i0, __m512i& i1, float& d) {
+    const __m512 a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
+    const float amax = hmax(a);
+    d = amax / 127.0f;
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    const __m512i lim = _mm512_set1_epi32(127);
+    const __m512i nlim = _mm512_set1_epi32(-127);
+    i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+    i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+    i0 = _mm512_max_epi32(_mm512_min_epi32(i0, lim), nlim);
+    i1 = _mm512_max_epi32(_mm512_min_epi32(i1, lim), nlim);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * col), _mm512_cvtepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * col + 16), _mm512_cvtepi32_epi8(i1));
+    reinterpret_cast<float*>(blk + 32 * kActTile)[col] = d;
+    reinterpret_cast<int32_t*>(blk + 36 * kActTile)[col] = -offset * hsum(_mm512_add_epi32(i0, i1));
+}
+
+void quantize_act(const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    for (int64_t b = 0; b < K / 32; ++b) {
+        uint8_t* blk = tile + b * kActBlockBytes;
+        const __m512 v0 = _mm512_loadu_ps(x + 32 * b);
+        const __m512 v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        __m512i i0, i1;
+        float d;
+        quantize32(v0, v1, blk, col, offset, i0, i1, d);
+        if (with_resid) {
+            const __m512 vd = _mm512_set1_ps(d);
+            const __m512 r0 = _mm512_sub_ps(v0, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i0)));
+            const __m512 r1 = _mm512_sub_ps(v1, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i1)));
+            __m512i j0, j1;
+            float d2;
+            quantize32(r0, r1, blk, col + 1, offset, j0, j1, d2);
+        }
+    }
+}
+
+// Weight block layouts: fp16 d[16], then 64-byte chunks (4 packed nibble chunks for q4_0,
+// 8 byte chunks for q8_0). After unpacking, register c holds elements 4c..4c+3 of each row,
+// matching activation dword c of the block.
+template <bool kQ4>
+struct Layout {
+    static constexpr size_t kBlockBytes = kQ4 ? sizeof(block_q4_0x16) : sizeof(block_q8_0x16);
+    static inline void load(const uint8_t* blk, __m512i (&w)[8]) {
+        const uint8_t* qs = blk + 32;
+        if constexpr (kQ4) {
+            const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c) {
+                const __m512i v = _mm512_loadu_si512(qs + 64 * c);
+                w[c] = _mm512_and_si512(v, m4);
+                w[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+        } else {
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; ++c) w[c] = _mm512_loadu_si512(qs + 64 * c);
+        }
+    }
+};
+
+constexpr size_t kPrefetchBytes = 2048;  // how far ahead generation tiles prefetch weights
+
+// One group of 16 weight rows x the NC activation rows of one tile (NC / P outputs).
+// Every activation operand is at a constant offset from xb, so vpdpbusd takes it as an
+// embedded-broadcast memory operand and the accumulators stay in registers.
+template <bool kQ4, int NC, int P>
+void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, float* y, int64_t y_stride) {
+    constexpr int NO = NC / P;
+    __m512 acc[NO];
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = wg + b * Layout<kQ4>::kBlockBytes;
+        const uint8_t* xb = xt + b * kActBlockBytes;
+        if constexpr (NC <= 2) {  // generation: weights stream from memory; ask for them early
+#pragma GCC unroll 8
+            for (size_t off = 0; off < Layout<kQ4>::kBlockBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + off), _MM_HINT_T0);
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+        __m512i w[8];
+        Layout<kQ4>::load(blk, w);
+        const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
+        const auto* xc = reinterpret_cast<const int32_t*>(xb + 36 * kActTile);
+        // Columns interleaved inside each weight register step: NC independent dependency
+        // chains, so vpdpbusd's latency is hidden.
+        __m512i sum[NC];
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) sum[j] = _mm512_set1_epi32(xc[j]);
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+#pragma GCC unroll 8
+            for (int j = 0; j < NC; ++j) {
+                const auto* xq = reinterpret_cast<const int32_t*>(xb + 32 * j);
+                sum[j] = _mm512_dpbusd_epi32(sum[j], w[c], _mm512_set1_epi32(xq[c]));
+            }
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[j]), _mm512_set1_ps(xd[j]));
+            acc[j / P] = _mm512_fmadd_ps(f, dw, acc[j / P]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
+}
+
+using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, float*, int64_t);
+
+template <bool kQ4>
+struct Tiles {
+    // [pairs - 1][columns - 1]; odd column counts do not occur with pairs.
+    static constexpr TileFn fn[2][kActTile] = {
+        {tile<kQ4, 1, 1>, tile<kQ4, 2, 1>, tile<kQ4, 3, 1>, tile<kQ4, 4, 1>, tile<kQ4, 5, 1>, tile<kQ4, 6, 1>, tile<kQ4, 7, 1>,
+         tile<kQ4, 8, 1>},
+        {nullptr, tile<kQ4, 2, 2>, nullptr, tile<kQ4, 4, 2>, nullptr, tile<kQ4, 6, 2>, nullptr, tile<kQ4, 8, 2>},
+    };
+};
+
+template <bool kQ4>
+void gemm(const GemmTask& t) {
+    const int64_t nb = t.K / 32;
+    const int64_t rows = t.M * t.pairs;
+    const size_t tile_bytes = act_tile_bytes(t.K);
+    for (int64_t g = 0; g < t.n_groups; ++g) {
+        const uint8_t* wg = t.w + g * t.w_group_bytes;
+        for (int64_t r0 = 0; r0 < rows; r0 += kActTile) {
+            const int nc = static_cast<int>(std::min<int64_t>(kActTile, rows - r0));
+            Tiles<kQ4>::fn[t.pairs - 1][nc - 1](wg, nb, t.x + (r0 / kActTile) * tile_bytes,
+                                                t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows, t.y_stride);
+        }
+    }
+}
+
+constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = quantize_act, .gemm = gemm<true>};
+constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = quantize_act, .gemm = gemm<false>};
+
+}  // namespace
+
+namespace detail {
+const PackedKernels* packed_avx512(Type t, const CpuFeatures& f) {
+    if (!f.avx512vnni) return nullptr;
+    switch (t) {
+        case Type::Q4_0: return &kQ4_0;
+        case Type::Q8_0: return &kQ8_0;
+        default: return nullptr;
+    }
+}
+}  // namespace detail
+
+}  // namespace kiln::cpu

@@ -1,0 +1,123 @@
+// Scalar reference of the packed GEMM kernels (gemm.h): the ground truth the SIMD
+// versions are tested against, and the fallback for instruction sets without their own.
+// Also the run-time choice between them.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/kernels/gemm.h"
+#include "core/float_convert.h"
+#include "core/quant_blocks.h"
+
+namespace kiln::cpu {
+namespace {
+
+// Quantizes 32 floats to int8 with one scale (round to nearest even, as the SIMD versions)
+// into column col of a tile block.
+void quantize_block(const float* x, uint8_t* blk, int col, int32_t offset) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f;
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    auto* q = reinterpret_cast<int8_t*>(blk + 32 * col);
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) {
+        const float v = std::nearbyint(x[i] * id);
+        q[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+        sum += q[i];
+    }
+    reinterpret_cast<float*>(blk + 32 * kActTile)[col] = d;
+    reinterpret_cast<int32_t*>(blk + 36 * kActTile)[col] = -offset * sum;
+}
+
+void quantize_act_ref(const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    for (int64_t b = 0; b < K / 32; ++b) {
+        uint8_t* blk = tile + b * kActBlockBytes;
+        quantize_block(x + 32 * b, blk, col, offset);
+        if (with_resid) {
+            const float d = reinterpret_cast<const float*>(blk + 32 * kActTile)[col];
+            const auto* q = reinterpret_cast<const int8_t*>(blk + 32 * col);
+            float r[32];
+            for (int i = 0; i < 32; ++i) r[i] = x[32 * b + i] - d * static_cast<float>(q[i]);
+            quantize_block(r, blk, col + 1, offset);
+        }
+    }
+}
+
+// The stored (unsigned, offset) quant of element i of row r in one x16 block.
+struct Q4_0x16 {
+    using Block = block_q4_0x16;
+    static constexpr int kBlock = QK4_0;
+    static int quant(const Block& g, int r, int i) {
+        const uint8_t byte = g.qs[64 * ((i % 16) / 4) + 4 * r + i % 4];
+        return i < 16 ? (byte & 0x0F) : (byte >> 4);
+    }
+};
+struct Q8_0x16 {
+    using Block = block_q8_0x16;
+    static constexpr int kBlock = QK8_0;
+    static int quant(const Block& g, int r, int i) { return g.qs[64 * (i / 4) + 4 * r + i % 4]; }
+};
+
+template <class L>
+void gemm_ref(const GemmTask& t) {
+    const int64_t nb = t.K / L::kBlock;
+    const size_t tile_bytes = act_tile_bytes(t.K);
+    for (int64_t g = 0; g < t.n_groups; ++g) {
+        const auto* wg = reinterpret_cast<const typename L::Block*>(t.w + g * t.w_group_bytes);
+        for (int64_t m = 0; m < t.M; ++m) {
+            for (int r = 0; r < kPackRows; ++r) {
+                float acc = 0;
+                for (int p = 0; p < t.pairs; ++p) {
+                    const int64_t a = m * t.pairs + p;  // activation row
+                    const uint8_t* tile = t.x + (a / kActTile) * tile_bytes;
+                    const int col = static_cast<int>(a % kActTile);
+                    for (int64_t b = 0; b < nb; ++b) {
+                        const uint8_t* blk = tile + b * kActBlockBytes;
+                        const auto* xq = reinterpret_cast<const int8_t*>(blk + 32 * col);
+                        int32_t s = reinterpret_cast<const int32_t*>(blk + 36 * kActTile)[col];
+                        for (int i = 0; i < L::kBlock; ++i) s += L::quant(wg[b], r, i) * xq[i];
+                        const float f = static_cast<float>(s) * reinterpret_cast<const float*>(blk + 32 * kActTile)[col];
+                        acc += f * fp16_to_fp32(wg[b].d[r]);
+                    }
+                }
+                t.y[m * t.y_stride + g * kPackRows + r] = acc;
+            }
+        }
+    }
+}
+
+constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = quantize_act_ref, .gemm = gemm_ref<Q4_0x16>};
+constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = quantize_act_ref, .gemm = gemm_ref<Q8_0x16>};
+
+}  // namespace
+
+namespace detail {
+const PackedKernels* packed_scalar(Type t) {
+    switch (t) {
+        case Type::Q4_0: return &kQ4_0;
+        case Type::Q8_0: return &kQ8_0;
+        default: return nullptr;
+    }
+}
+}  // namespace detail
+
+const PackedKernels* packed_kernels(Type t, Isa isa) {
+#if defined(KILN_ARCH_X86)
+    if (isa == Isa::Avx512) {
+        if (const PackedKernels* k = detail::packed_avx512(t, cpu_features())) return k;
+    }
+#endif
+    (void)isa;
+    return detail::packed_scalar(t);
+}
+
+bool packed_accelerated(Type t, Isa isa) {
+#if defined(KILN_ARCH_X86)
+    if (isa == Isa::Avx512) return detail::packed_avx512(t, cpu_features()) != nullptr;
+#endif
+    (void)t;
+    (void)isa;
+    return false;
+}
+
+}  // namespace kiln::cpu

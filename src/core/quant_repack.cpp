@@ -1,0 +1,96 @@
+#include "core/quant_repack.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "core/quant_blocks.h"
+
+namespace kiln {
+namespace {
+
+// q4_0: chunk c of the packed qs holds bytes 4c..4c+3 of each row's qs (see block_q4_0x16).
+void pack_group_q4_0(const uint8_t* src, size_t stride, block_q4_0x16* dst, int64_t nb) {
+    for (int64_t b = 0; b < nb; ++b) {
+        for (int r = 0; r < kPackRows; ++r) {
+            const auto& in = reinterpret_cast<const block_q4_0*>(src + r * stride)[b];
+            dst[b].d[r] = in.d;
+            for (int c = 0; c < 4; ++c) std::memcpy(&dst[b].qs[64 * c + 4 * r], &in.qs[4 * c], 4);
+        }
+    }
+}
+
+void unpack_q4_0(const block_q4_0x16* g, int r, block_q4_0* out, int64_t nb) {
+    for (int64_t b = 0; b < nb; ++b) {
+        out[b].d = g[b].d[r];
+        for (int c = 0; c < 4; ++c) std::memcpy(&out[b].qs[4 * c], &g[b].qs[64 * c + 4 * r], 4);
+    }
+}
+
+// q8_0: chunk c holds elements 4c..4c+3 of each row, stored as q + 128.
+void pack_group_q8_0(const uint8_t* src, size_t stride, block_q8_0x16* dst, int64_t nb) {
+    for (int64_t b = 0; b < nb; ++b) {
+        for (int r = 0; r < kPackRows; ++r) {
+            const auto& in = reinterpret_cast<const block_q8_0*>(src + r * stride)[b];
+            dst[b].d[r] = in.d;
+            for (int c = 0; c < 8; ++c) {
+                for (int j = 0; j < 4; ++j) dst[b].qs[64 * c + 4 * r + j] = static_cast<uint8_t>(in.qs[4 * c + j] + 128);
+            }
+        }
+    }
+}
+
+void unpack_q8_0(const block_q8_0x16* g, int r, block_q8_0* out, int64_t nb) {
+    for (int64_t b = 0; b < nb; ++b) {
+        out[b].d = g[b].d[r];
+        for (int c = 0; c < 8; ++c) {
+            for (int j = 0; j < 4; ++j) out[b].qs[4 * c + j] = static_cast<int8_t>(g[b].qs[64 * c + 4 * r + j] - 128);
+        }
+    }
+}
+
+}  // namespace
+
+bool can_pack(Type type, int64_t K, int64_t nrows) {
+    switch (type) {
+        case Type::Q4_0:
+        case Type::Q8_0:
+            return K > 0 && nrows > 0 && nrows % kPackRows == 0 && K % traits(type).block_size == 0;
+        default:
+            return false;
+    }
+}
+
+size_t packed_size(Type type, int64_t K, int64_t nrows) { return row_size(type, K) * static_cast<size_t>(nrows); }
+
+void pack_rows(Type type, const void* src, size_t src_row_bytes, void* dst, int64_t K, int64_t nrows) {
+    if (!can_pack(type, K, nrows)) {
+        throw std::invalid_argument("pack_rows: " + std::string(type_name(type)) + " [" + std::to_string(K) + ", " +
+                                    std::to_string(nrows) + "] has no packed layout");
+    }
+    const int64_t nb = K / traits(type).block_size;
+    const size_t group_bytes = row_size(type, K) * kPackRows;
+    for (int64_t g = 0; g < nrows / kPackRows; ++g) {
+        const auto* s = static_cast<const uint8_t*>(src) + static_cast<size_t>(g) * kPackRows * src_row_bytes;
+        uint8_t* d = static_cast<uint8_t*>(dst) + static_cast<size_t>(g) * group_bytes;
+        switch (type) {
+            case Type::Q4_0: pack_group_q4_0(s, src_row_bytes, reinterpret_cast<block_q4_0x16*>(d), nb); break;
+            case Type::Q8_0: pack_group_q8_0(s, src_row_bytes, reinterpret_cast<block_q8_0x16*>(d), nb); break;
+            default: break;
+        }
+    }
+}
+
+void unpack_row(Type type, const void* packed, int64_t K, int64_t row, void* dst_row) {
+    const int64_t nb = K / traits(type).block_size;
+    const size_t group_bytes = row_size(type, K) * kPackRows;
+    const auto* g = static_cast<const uint8_t*>(packed) + static_cast<size_t>(row / kPackRows) * group_bytes;
+    const int r = static_cast<int>(row % kPackRows);
+    switch (type) {
+        case Type::Q4_0: unpack_q4_0(reinterpret_cast<const block_q4_0x16*>(g), r, static_cast<block_q4_0*>(dst_row), nb); break;
+        case Type::Q8_0: unpack_q8_0(reinterpret_cast<const block_q8_0x16*>(g), r, static_cast<block_q8_0*>(dst_row), nb); break;
+        default: throw std::invalid_argument("unpack_row: " + std::string(type_name(type)) + " has no packed layout");
+    }
+}
+
+}  // namespace kiln

@@ -1,0 +1,229 @@
+"""kiln-bench on tiny synthetic models: every output format parses and carries its
+fields, depth, batched and bandwidth modes run, and bad input is a clear error.
+
+No timing is asserted (the machine is shared). The bytes a generated token reads
+are checked against a count made here from the GGUF file with gguf-py (tensor
+sizes, the sliding-window layers), independent of the engine's own accounting;
+the t/s statistics against the per-repetition samples the tool reports.
+"""
+import csv
+import functools
+import io
+import json
+import re
+import statistics
+import subprocess
+
+import gguf
+import pytest
+
+FIELDS = {
+    "model_filename", "model_type", "model_size", "model_n_params", "n_threads", "n_batch", "n_ubatch", "type_k",
+    "type_v", "precision", "n_ctx", "n_prompt", "n_gen", "n_depth", "n_parallel", "test", "test_time", "repetitions",
+    "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "avg_ts_per_seq", "weight_bytes_per_token", "kv_bytes_per_token",
+    "bytes_per_token", "effective_gibs", "bandwidth_gibs", "bandwidth_median_gibs", "bandwidth_pct", "kv_bytes",
+    "compute_bytes", "peak_rss_bytes", "peak_rss_over_weights_kv", "peak_rss_per_test",
+}
+
+
+def bench(tool, *args, timeout=120):
+    # One thread, one repetition, no warm-up: fast and gentle on a shared machine.
+    res = subprocess.run([tool("kiln-bench"), "-t", "1", "-r", "1", *[str(a) for a in args]], capture_output=True,
+                         text=True, timeout=timeout)
+    assert "terminate called" not in res.stderr and "Sanitizer" not in res.stderr, res.stderr
+    return res
+
+
+def bench_json(tool, *args):
+    res = bench(tool, "-o", "json", *args)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+class GgufFacts:
+    """What a generated token must read, counted from the file itself."""
+
+    def __init__(self, path):
+        r = gguf.GGUFReader(path)
+        arch = r.fields["general.architecture"].contents()
+
+        def get(key, default=None):
+            f = r.fields.get(f"{arch}.{key}")
+            return default if f is None else f.contents()
+
+        self.n_layer = get("block_count")
+        n_head = get("attention.head_count")
+        n_head_kv = get("attention.head_count_kv", n_head)
+        head_dim = get("attention.key_length", get("embedding_length") // n_head)
+        head_dim_v = get("attention.value_length", head_dim)
+        self.window = get("attention.sliding_window", 0) if arch == "gemma3" else 0
+        pattern = get("attention.sliding_window_pattern", 6)
+        self.swa = [self.window > 0 and il % pattern < pattern - 1 for il in range(self.n_layer)]
+        self.kv_row_f16 = 2 * n_head_kv * (head_dim + head_dim_v)  # K + V row of one cell, f16
+        tensors = {t.name: t for t in r.tensors}
+        emb = tensors["token_embd.weight"]
+        tied = "output.weight" not in tensors
+        self.weight_bytes = sum(int(t.n_bytes) for n, t in tensors.items() if n != "token_embd.weight")
+        # The embedding lookup reads one row; a tied output projection reads the whole table.
+        self.weight_bytes += int(emb.n_bytes) if tied else int(emb.n_bytes) // int(emb.shape[1])
+        self.size = sum(int(t.n_bytes) for t in r.tensors)
+
+    @staticmethod
+    @functools.lru_cache(maxsize=None)
+    def of(path):
+        # gguf-py parses the 32000-token vocabulary in Python: read each file once.
+        return GgufFacts(path)
+
+    def kv_bytes(self, attended):
+        return sum(self.kv_row_f16 * (min(attended, self.window) if swa else attended) for swa in self.swa)
+
+    def gen_bytes_per_token(self, depth, n_gen, n_parallel=1):
+        kv = statistics.fmean(self.kv_bytes(depth + i + 1) for i in range(n_gen))
+        return self.weight_bytes / n_parallel + kv
+
+
+@pytest.fixture(scope="module")
+def models(synth_models):
+    return {"llama": synth_models["llama-q4_K"], "gemma": synth_models["gemma3-q4_0"]}
+
+
+def test_markdown_table(tool, models):
+    res = bench(tool, "-m", models["llama"], "-p", "8,16", "-n", "4", "--mem")
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    for col in ("model", "size", "params", "threads", "test", "t/s", "MiB/token", "GiB/s", "KV MiB", "peak RSS MiB",
+                "RSS/(W+KV)"):
+        assert col in header, header
+    assert re.fullmatch(r"\|( -+:? \|)+", lines[1]), lines[1]
+    rows = [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[2:]]
+    assert [r["test"] for r in rows] == ["pp8", "pp16", "tg4"]
+    for r in rows:
+        assert re.fullmatch(r"[0-9.]+ ± [0-9.]+", r["t/s"]), r
+        assert r["threads"] == "1"
+        assert r["model"].startswith("llama ")
+    assert rows[0]["GiB/s"] == "" and rows[2]["GiB/s"] != ""
+    # Progress goes to stderr, never into the table.
+    assert "pp8" in res.stderr and "kiln-bench" not in res.stdout
+
+
+def test_csv_rows_and_fields(tool, models):
+    res = bench(tool, "-m", models["llama"], "-p", "8", "-n", "4", "-o", "csv")
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert set(rows[0].keys()) == FIELDS
+    assert [r["test"] for r in rows] == ["pp8", "tg4"]
+    assert rows[0]["bytes_per_token"] == "" and float(rows[1]["bytes_per_token"]) > 0
+    assert int(rows[0]["n_prompt"]) == 8 and int(rows[1]["n_gen"]) == 4
+
+
+def test_json_fields_statistics_and_bytes(tool, models):
+    facts = GgufFacts.of(models["llama"])
+    rows = bench_json(tool, "-m", models["llama"], "-p", "8", "-n", "4", "-r", "3", "-d", "0,16")
+    assert [r["test"] for r in rows] == ["pp8", "tg4", "pp8 @ d16", "tg4 @ d16"]
+    for r in rows:
+        assert FIELDS | {"samples_ns", "samples_ts"} == set(r)
+        assert r["repetitions"] == 3 and len(r["samples_ts"]) == 3
+        n_tok = r["n_prompt"] or r["n_gen"]
+        assert r["samples_ts"] == pytest.approx([1e9 * n_tok / ns for ns in r["samples_ns"]], rel=1e-6)
+        assert r["avg_ts"] == pytest.approx(statistics.fmean(r["samples_ts"]), rel=1e-9)
+        assert r["stddev_ts"] == pytest.approx(statistics.stdev(r["samples_ts"]), rel=1e-6, abs=1e-9)
+        assert r["n_ctx"] >= r["n_depth"] + r["n_prompt"] + r["n_gen"]
+        assert r["model_size"] == facts.size
+        # Weights stay resident (mmap, pages touched at load), so the peak covers them.
+        assert r["peak_rss_bytes"] > r["model_size"]
+        assert r["kv_bytes"] >= facts.n_layer * facts.kv_row_f16 * (r["n_depth"] + r["n_prompt"] + r["n_gen"])
+    for r in rows:
+        if r["n_gen"]:
+            assert r["bytes_per_token"] == pytest.approx(facts.gen_bytes_per_token(r["n_depth"], r["n_gen"]), rel=1e-9)
+            assert r["effective_gibs"] == pytest.approx(r["bytes_per_token"] * r["avg_ts"] / 2**30, rel=1e-9)
+        else:
+            assert r["bytes_per_token"] is None and r["effective_gibs"] is None
+
+
+def test_sliding_window_kv_bytes(tool, models):
+    # gemma3 with a window of 8: at depth 32 the five local layers read 8 cells, the global one all.
+    facts = GgufFacts.of(models["gemma"])
+    assert any(facts.swa) and not all(facts.swa)
+    (row,) = bench_json(tool, "-m", models["gemma"], "-p", "0", "-n", "3", "-d", "32")
+    assert row["test"] == "tg3 @ d32"
+    assert row["kv_bytes_per_token"] == pytest.approx(facts.gen_bytes_per_token(32, 3) - facts.weight_bytes, rel=1e-9)
+    assert row["bytes_per_token"] == pytest.approx(facts.gen_bytes_per_token(32, 3), rel=1e-9)
+
+
+def test_parallel_rows(tool, models):
+    facts = GgufFacts.of(models["llama"])
+    rows = bench_json(tool, "-m", models["llama"], "-p", "0", "-n", "3", "--parallel", "1,4", "--parallel-prompt", "5",
+                      "-d", "0,8")
+    par = [r for r in rows if r["n_parallel"] > 1 or r["test"].startswith("tg3 x")]
+    assert [r["test"] for r in par] == ["tg3 x1", "tg3 x4", "tg3 x1 @ d8", "tg3 x4 @ d8"]
+    for r in par:
+        p = r["n_parallel"]
+        assert r["avg_ts_per_seq"] == pytest.approx(r["avg_ts"] / p, rel=1e-9)
+        assert r["samples_ts"][0] == pytest.approx(1e9 * 3 * p / r["samples_ns"][0], rel=1e-6)
+        assert r["n_ctx"] >= p * (r["n_depth"] + 5 + 3)
+        # Each step reads the weights once for all sequences, and each sequence its own K/V.
+        assert r["bytes_per_token"] == pytest.approx(facts.gen_bytes_per_token(r["n_depth"] + 5, 3, p), rel=1e-9)
+
+
+def test_bandwidth_probe_and_share(tool, models):
+    # A 64 MiB buffer instead of the default 1 GiB keeps the test fast; the value is not checked.
+    res = bench(tool, "-m", models["llama"], "-p", "0", "-n", "2", "--bandwidth", "--bandwidth-mib", "64", "-o", "json")
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads(res.stdout)
+    assert row["bandwidth_gibs"] > 0 and row["bandwidth_median_gibs"] <= row["bandwidth_gibs"]
+    assert row["bandwidth_pct"] == pytest.approx(100 * row["effective_gibs"] / row["bandwidth_gibs"], rel=1e-9)
+    assert re.search(r"read bandwidth, 1 threads .*64 MiB.*best [0-9.]+ GiB/s, median [0-9.]+ GiB/s", res.stderr), res.stderr
+
+
+def test_llama_bench_spellings_and_settings_columns(tool, models):
+    m = models["llama"]
+    res = bench(tool, "-m", m, "-m", m, "-p", "8", "-n", "0", "-ctk", "q8_0", "-ctv", "f32", "-ub", "4", "-b", "8",
+                "--precision", "fast", "--no-warmup")
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    for col in ("n_batch", "n_ubatch", "type_k", "type_v", "precision"):
+        assert col in header, header
+    assert len(lines) == 2 + 2  # the model given twice runs twice
+    row = dict(zip(header, (c.strip() for c in lines[2].strip("|").split("|"))))
+    assert (row["type_k"], row["type_v"], row["n_ubatch"], row["n_batch"], row["precision"]) == ("q8_0", "f32", "4", "8", "fast")
+
+
+def test_fixed_context(tool, models):
+    (row,) = bench_json(tool, "-m", models["llama"], "-p", "0", "-n", "2", "-c", "256")
+    assert row["n_ctx"] == 256
+
+
+def test_failed_model_is_reported_and_others_run(tool, models, tmp_path):
+    missing = tmp_path / "missing.gguf"
+    res = bench(tool, "-m", f"{missing},{models['llama']}", "-p", "8", "-n", "0", "-o", "json")
+    assert res.returncode == 1
+    rows = json.loads(res.stdout)
+    assert [r["model_filename"] for r in rows] == [models["llama"].rsplit("/", 1)[-1]]
+    assert str(missing) in res.stderr and "failure" in res.stderr
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["--bogus"], r"--bogus"),
+    (["-o", "xml"], r"-o: unknown format 'xml'"),
+    (["-p", "32", "-n", "0", "-c", "16"], r"pp32 needs 32 KV cells .* -c is 16"),
+    (["-d", "20", "-n", "4", "-p", "0", "-c", "16"], r"tg4 @ d20 needs 24 KV cells"),
+    (["--parallel", "65"], r"--parallel: 65 is out of range"),
+    (["-p", "0", "-n", "0"], r"nothing to measure"),
+    (["-ctk", "q5_0"], r"-ctk: unknown value 'q5_0'"),
+    (["-r", "0"], r"-r: 0 is out of range"),
+    (["-p", "-3"], r"-p|out of range"),
+])
+def test_bad_flags_are_clear_errors(tool, models, args, pattern):
+    res = bench(tool, "-m", models["llama"], *args)
+    assert res.returncode != 0
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("kiln-bench: "), res.stderr
+    assert re.search(pattern, last), last
+    assert res.stdout == ""
+
+
+def test_missing_model_flag(tool):
+    res = subprocess.run([tool("kiln-bench"), "-p", "8"], capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "--model" in res.stderr

@@ -1,0 +1,74 @@
+// kiln-bench: prompt-processing and generation speed of GGUF models, with
+// llama-bench's flags and output formats:
+//
+//   kiln-bench -m MODEL[,MODEL...] [-p 512] [-n 128] [-d 0,4096] [-t 2] [-r 5]
+//              [--bandwidth] [--parallel 1,8,32] [-o md|csv|json]
+//
+// Each combination of the list flags is one test on a fresh context (sized to
+// the test unless -c is given): a prompt test decodes n_prompt random tokens in
+// n_batch chunks, a generation test decodes n_gen tokens one at a time, both
+// after `depth` untimed tokens. Results (t/s as mean ± standard deviation over
+// the repetitions, bytes read per generated token, peak resident memory) go to
+// stdout; progress and errors go to stderr.
+#include <cstdio>
+#include <exception>
+#include <set>
+
+#include "../common/cli_common.h"
+#include "bandwidth.h"
+#include "options.h"
+#include "output.h"
+#include "runner.h"
+
+namespace kt = kiln_tools;
+namespace kb = kiln_bench;
+
+namespace {
+
+int run(int argc, char** argv) {
+    kb::Options opts;
+    int exit_code = 0;
+    if (!kb::parse_options(argc, argv, opts, exit_code)) return exit_code;
+    const std::vector<kb::Test> tests = kb::expand_tests(opts);
+
+    kb::Report report;
+    report.mem_columns = opts.mem;
+    if (opts.bandwidth) {
+        // Before any model is loaded, so the probe has the memory system to itself; the buffer is
+        // freed before the first test, so it does not count in any test's peak resident size.
+        for (int32_t t : std::set<int32_t>(opts.n_threads.begin(), opts.n_threads.end())) {
+            const kb::Bandwidth bw = kb::measure_bandwidth(
+                kb::BandwidthOptions{.bytes = static_cast<size_t>(opts.bandwidth_mib) << 20, .threads = t, .passes = 7});
+            std::fprintf(stderr, "kiln-bench: read bandwidth, %d threads (%s loads, %d MiB): best %.2f GiB/s, median %.2f GiB/s\n", t,
+                         bw.loads, opts.bandwidth_mib, bw.best_gibs, bw.median_gibs);
+            report.bandwidth[t] = bw;
+        }
+    }
+
+    kb::Runner runner(kb::RunnerOptions{.repetitions = opts.repetitions,
+                                        .n_ctx = opts.n_ctx,
+                                        .warmup = !opts.no_warmup,
+                                        .use_mmap = !opts.no_mmap,
+                                        .verbose = opts.verbose});
+    std::vector<std::string> errors;
+    for (const std::string& path : opts.models) runner.run_model(path, tests, report.results, errors);
+    kb::print_report(stdout, opts.output, report);
+    if (!errors.empty()) {
+        std::fprintf(stderr, "kiln-bench: %zu failure%s:\n", errors.size(), errors.size() == 1 ? "" : "s");
+        for (const std::string& e : errors) std::fprintf(stderr, "kiln-bench:   %s\n", e.c_str());
+        return 1;
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "kiln-bench: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,203 @@
+#include "options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <type_traits>
+
+#include "../common/cli_common.h"
+
+namespace kt = kiln_tools;
+
+namespace kiln_bench {
+
+namespace {
+
+// llama-bench's multi-letter single-dash spellings, rewritten for CLI11.
+const std::vector<std::pair<std::string, std::string>> kAliases = {
+    {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
+    {"-mmp", "--mmap"},       {"-ngl", "--n-gpu-layers"},
+};
+
+const std::vector<std::string> kCacheTypes = {"f16", "f32", "bf16", "q8_0"};
+const std::vector<std::string> kPrecisions = {"auto", "fast", "precise"};
+
+std::string lower(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+}
+
+void check_range(const std::vector<int32_t>& v, const char* flag, int32_t lo, int32_t hi) {
+    for (int32_t x : v) {
+        if (x < lo || x > hi) {
+            throw kt::ToolError(std::string(flag) + ": " + std::to_string(x) + " is out of range [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "]");
+        }
+    }
+}
+
+void check_member(std::vector<std::string>& v, const char* flag, const std::vector<std::string>& allowed) {
+    for (std::string& s : v) {
+        s = lower(s);
+        if (std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
+            std::string list;
+            for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+            throw kt::ToolError(std::string(flag) + ": unknown value '" + s + "' (expected one of " + list + ")");
+        }
+    }
+}
+
+// A list option: "-p 128,512" and "-p 128 -p 512" both give {128, 512}.
+template <typename T>
+CLI::Option* add_list(CLI::App& app, const std::string& names, std::vector<T>& v, const std::string& help, const std::string& meta) {
+    CLI::Option* o = app.add_option(names, v, help)->delimiter(',')->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    std::string def;
+    for (const T& x : v) {
+        if constexpr (std::is_same_v<T, std::string>) def += (def.empty() ? "" : ",") + x;
+        else def += (def.empty() ? "" : ",") + std::to_string(x);
+    }
+    return o->option_text(def.empty() ? meta : meta + " [" + def + "]");
+}
+
+}  // namespace
+
+std::string Test::name() const {
+    std::string s;
+    switch (kind) {
+        case TestKind::Prompt: s = "pp" + std::to_string(n_prompt); break;
+        case TestKind::Generation: s = "tg" + std::to_string(n_gen); break;
+        case TestKind::Parallel: s = "tg" + std::to_string(n_gen) + " x" + std::to_string(n_parallel); break;
+    }
+    if (n_depth > 0) s += " @ d" + std::to_string(n_depth);
+    return s;
+}
+
+int64_t Test::cells_needed() const {
+    const int64_t per_seq = static_cast<int64_t>(n_depth) + n_prompt + n_gen;
+    return per_seq * n_parallel;
+}
+
+int64_t Test::tokens_timed() const {
+    switch (kind) {
+        case TestKind::Prompt: return n_prompt;
+        case TestKind::Generation: return n_gen;
+        case TestKind::Parallel: return static_cast<int64_t>(n_gen) * n_parallel;
+    }
+    return 0;
+}
+
+bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
+    CLI::App app{"kiln-bench: prompt-processing and generation speed of GGUF models, like llama-bench.\n"
+                 "Every list flag takes comma-separated values or can be repeated; each combination is a test.",
+                 "kiln-bench"};
+    // A scalar flag given twice takes its last value (scripts append overrides); list flags collect all.
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    std::string output = "md";
+    int32_t mmap = 1;
+    int32_t n_gpu_layers = 0;
+    add_list(app, "-m,--model", o.models, "GGUF model files", "FILE")->required();
+    add_list(app, "-p,--n-prompt", o.n_prompt, "prompt sizes (0: no prompt test)", "N");
+    add_list(app, "-n,--n-gen", o.n_gen, "generation lengths (0: no generation test)", "N");
+    add_list(app, "-d,--n-depth", o.n_depth, "KV positions filled (untimed) before each test", "N");
+    add_list(app, "-t,--threads", o.n_threads, "threads [physical cores]", "N");
+    add_list(app, "-b,--batch-size", o.n_batch, "most tokens per decode call (prompt chunks)", "N");
+    add_list(app, "--ubatch-size", o.n_ubatch, "tokens per graph evaluation (-ub)", "N");
+    add_list(app, "--cache-type-k", o.type_k, "K cache types (-ctk): f16, f32, bf16, q8_0", "TYPE");
+    add_list(app, "--cache-type-v", o.type_v, "V cache types (-ctv): f16, f32, bf16, q8_0", "TYPE");
+    add_list(app, "--precision", o.precision, "matmul precision: auto, fast, precise", "MODE");
+    add_list(app, "--parallel", o.n_parallel, "batched decode: sequences decoded together (adds one test per value and -n)", "N");
+    kt::metavar(app.add_option("--parallel-prompt", o.parallel_prompt, "prompt tokens per sequence before a batched test"), "N");
+    kt::metavar(app.add_option("-r,--repetitions", o.repetitions, "repetitions of each test"), "N");
+    kt::metavar(app.add_option("-c,--ctx-size", o.n_ctx, "KV cells of every context (0: just what each test needs)"), "N");
+    kt::metavar(app.add_option("-o,--output", output, "results format on stdout: md, csv, json"), "FORMAT");
+    kt::metavar(app.add_option("--mmap", mmap, "map the model file (-mmp 0: read it)"), "0|1");
+    kt::metavar(app.add_option("--n-gpu-layers", n_gpu_layers, "accepted for llama-bench compatibility (-ngl); no GPU backend"), "N");
+    kt::metavar(app.add_option("--bandwidth-mib", o.bandwidth_mib, "buffer the bandwidth probe reads (keep it far above the caches)"), "MIB");
+    app.add_flag("--bandwidth", o.bandwidth, "measure the streaming read bandwidth first; generation rows show their share of it");
+    app.add_flag("--mem", o.mem, "memory columns in the markdown table (weights, KV, peak resident memory)");
+    app.add_flag("--no-warmup", o.no_warmup, "skip the warm-up run before each test");
+    app.add_flag("-v,--verbose", o.verbose, "print model and context details and every repetition's time to stderr");
+    if (!kt::parse_command_line(app, kt::translate_aliases(argc, argv, kAliases), exit_code)) return false;
+
+    output = lower(output);
+    if (output == "md") o.output = OutputFormat::Markdown;
+    else if (output == "csv") o.output = OutputFormat::Csv;
+    else if (output == "json") o.output = OutputFormat::Json;
+    else throw kt::ToolError("-o: unknown format '" + output + "' (expected md, csv or json)");
+    if (mmap != 0 && mmap != 1) throw kt::ToolError("--mmap: expected 0 or 1, got " + std::to_string(mmap));
+    o.no_mmap = mmap == 0;
+
+    if (o.n_threads.empty()) o.n_threads = {kiln_bench_default_threads()};
+    constexpr int32_t kMaxTokens = 1 << 24;
+    check_range(o.n_prompt, "-p", 0, kMaxTokens);
+    check_range(o.n_gen, "-n", 0, kMaxTokens);
+    check_range(o.n_depth, "-d", 0, kMaxTokens);
+    check_range(o.n_threads, "-t", 1, 1024);
+    check_range(o.n_batch, "-b", 1, kMaxTokens);
+    check_range(o.n_ubatch, "-ub", 1, kMaxTokens);
+    check_range(o.n_parallel, "--parallel", 1, 64);  // sequence sets are 64-bit masks
+    check_range({o.parallel_prompt}, "--parallel-prompt", 1, kMaxTokens);
+    check_range({o.repetitions}, "-r", 1, 1000000);
+    check_range({o.bandwidth_mib}, "--bandwidth-mib", 2, 1 << 20);
+    check_range({o.n_ctx}, "-c", 0, INT32_MAX);
+    check_member(o.type_k, "-ctk", kCacheTypes);
+    check_member(o.type_v, "-ctv", kCacheTypes);
+    check_member(o.precision, "--precision", kPrecisions);
+    const bool any_prompt = std::any_of(o.n_prompt.begin(), o.n_prompt.end(), [](int32_t p) { return p > 0; });
+    const bool any_gen = std::any_of(o.n_gen.begin(), o.n_gen.end(), [](int32_t n) { return n > 0; });
+    if (!any_prompt && !any_gen) throw kt::ToolError("nothing to measure: every -p and -n value is 0");
+    if (!o.n_parallel.empty() && !any_gen) throw kt::ToolError("--parallel needs a generation length: give -n N with N > 0");
+    return true;
+}
+
+std::vector<Test> expand_tests(const Options& o) {
+    std::vector<Test> tests;
+    for (int32_t t : o.n_threads)
+        for (int32_t b : o.n_batch)
+            for (int32_t ub : o.n_ubatch)
+                for (const std::string& tk : o.type_k)
+                    for (const std::string& tv : o.type_v)
+                        for (const std::string& prec : o.precision)
+                            for (int32_t d : o.n_depth) {
+                                const Test base{.kind = TestKind::Prompt, .n_prompt = 0, .n_gen = 0, .n_depth = d, .n_parallel = 1,
+                                                .n_threads = t, .n_batch = b, .n_ubatch = std::min(ub, b), .type_k = tk,
+                                                .type_v = tv, .precision = prec};
+                                for (int32_t p : o.n_prompt) {
+                                    if (p == 0) continue;
+                                    Test x = base;
+                                    x.n_prompt = p;
+                                    tests.push_back(x);
+                                }
+                                for (int32_t n : o.n_gen) {
+                                    if (n == 0) continue;
+                                    Test x = base;
+                                    x.kind = TestKind::Generation;
+                                    x.n_gen = n;
+                                    tests.push_back(x);
+                                }
+                                for (int32_t np : o.n_parallel) {
+                                    for (int32_t n : o.n_gen) {
+                                        if (n == 0) continue;
+                                        Test x = base;
+                                        x.kind = TestKind::Parallel;
+                                        x.n_gen = n;
+                                        x.n_prompt = o.parallel_prompt;
+                                        x.n_parallel = np;
+                                        tests.push_back(x);
+                                    }
+                                }
+                            }
+    // Fail before loading anything: a fixed context must hold every test (llama-bench instead sizes
+    // each context to d + p + n, which is what -c 0 does).
+    for (const Test& x : tests) {
+        if (x.cells_needed() > INT32_MAX) throw kt::ToolError("test " + x.name() + " needs more than 2^31 KV cells");
+        if (o.n_ctx > 0 && x.cells_needed() > o.n_ctx) {
+            throw kt::ToolError("test " + x.name() + " needs " + std::to_string(x.cells_needed()) + " KV cells (depth + prompt + generated" +
+                                (x.n_parallel > 1 ? ", times " + std::to_string(x.n_parallel) + " sequences" : std::string()) + ") but -c is " + std::to_string(o.n_ctx) +
+                                "; raise -c or omit it to size each context to its test");
+        }
+    }
+    return tests;
+}
+
+}  // namespace kiln_bench

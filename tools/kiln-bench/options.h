@@ -1,0 +1,69 @@
+// kiln-bench's command line: llama-bench's flags (lists as comma-separated
+// values or repeated flags), validated before any model is loaded, and the
+// expansion of the lists into the tests to run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln_bench {
+
+enum class OutputFormat { Markdown, Csv, Json };
+
+struct Options {
+    std::vector<std::string> models;
+    std::vector<int32_t> n_prompt{512};
+    std::vector<int32_t> n_gen{128};
+    std::vector<int32_t> n_depth{0};
+    std::vector<int32_t> n_threads;  // empty until parsed: the physical cores
+    std::vector<int32_t> n_batch{2048};
+    std::vector<int32_t> n_ubatch{512};
+    std::vector<std::string> type_k{"f16"};
+    std::vector<std::string> type_v{"f16"};
+    std::vector<std::string> precision{"auto"};
+    std::vector<int32_t> n_parallel;     // empty: no batched-decode tests
+    int32_t parallel_prompt = 16;        // tokens each sequence is prompted with before a batched test
+    int32_t repetitions = 5;
+    int32_t n_ctx = 0;                   // 0: each test's context just fits it (d + p + n)
+    OutputFormat output = OutputFormat::Markdown;
+    bool bandwidth = false;
+    int32_t bandwidth_mib = 1024;        // the probe's buffer
+    bool mem = false;                    // memory columns in the markdown table
+    bool no_warmup = false;
+    bool no_mmap = false;
+    bool verbose = false;
+};
+
+enum class TestKind { Prompt, Generation, Parallel };
+
+// One measured row: what is decoded, at which depth, with which settings.
+struct Test {
+    TestKind kind = TestKind::Prompt;
+    int32_t n_prompt = 0;      // prompt tokens (Prompt), or per-sequence prompt (Parallel)
+    int32_t n_gen = 0;         // generated tokens (Generation, Parallel: per sequence)
+    int32_t n_depth = 0;       // KV positions filled before the test (per sequence)
+    int32_t n_parallel = 1;    // sequences decoded together
+    int32_t n_threads = 0;
+    int32_t n_batch = 0;
+    int32_t n_ubatch = 0;
+    std::string type_k, type_v, precision;
+
+    // "pp512", "tg128 @ d4096", "tg32 x8"
+    std::string name() const;
+    // KV cells the test needs: every sequence's depth, prompt and generated tokens.
+    int64_t cells_needed() const;
+    // Tokens one repetition times (the t/s numerator).
+    int64_t tokens_timed() const;
+};
+
+// Parses the command line. Returns false when --help was printed (exit_code set).
+// Throws kiln_tools::ToolError naming the bad flag and value.
+bool parse_options(int argc, char** argv, Options& opts, int& exit_code);
+
+// Every test for one model, in llama-bench's order: settings outermost, then
+// depth, then the prompt sizes, the generation lengths and the batched tests.
+// Throws ToolError when -c is given and a test does not fit in it.
+std::vector<Test> expand_tests(const Options& opts);
+
+}  // namespace kiln_bench

@@ -1,0 +1,301 @@
+#include "output.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace kiln_bench {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = 1024.0 * kMiB;
+
+std::string fmt(const char* f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+// A field's value: a number, a string, or absent (not measured / not applicable).
+struct Value {
+    enum class Kind { Null, Bool, Int, Real, Text } kind = Kind::Null;
+    long long i = 0;
+    double d = 0;
+    std::string s;
+    static Value null() { return {}; }
+    static Value boolean(bool v) { return {Kind::Bool, v ? 1 : 0, 0, {}}; }
+    static Value integer(long long v) { return {Kind::Int, v, 0, {}}; }
+    static Value real(double v) { return std::isfinite(v) ? Value{Kind::Real, 0, v, {}} : Value{}; }
+    static Value text(std::string v) { return {Kind::Text, 0, 0, std::move(v)}; }
+};
+
+const Bandwidth* bandwidth_for(const Report& rep, int threads) {
+    const auto it = rep.bandwidth.find(threads);
+    return it == rep.bandwidth.end() ? nullptr : &it->second;
+}
+
+// Every field of a row, in output order (CSV columns, JSON keys).
+std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Result& r) {
+    const bool gen = r.test.kind != TestKind::Prompt;
+    const Bandwidth* bw = bandwidth_for(rep, r.n_threads);
+    const double wkv = static_cast<double>(r.model.size + r.kv_bytes);
+    auto gen_only = [&](double v) { return gen ? Value::real(v) : Value::null(); };
+    return {
+        {"model_filename", Value::text(r.model.filename)},
+        {"model_type", Value::text(r.model.type)},
+        {"model_size", Value::integer(static_cast<long long>(r.model.size))},
+        {"model_n_params", Value::integer(static_cast<long long>(r.model.n_params))},
+        {"n_threads", Value::integer(r.n_threads)},
+        {"n_batch", Value::integer(r.test.n_batch)},
+        {"n_ubatch", Value::integer(r.test.n_ubatch)},
+        {"type_k", Value::text(r.test.type_k)},
+        {"type_v", Value::text(r.test.type_v)},
+        {"precision", Value::text(r.test.precision)},
+        {"n_ctx", Value::integer(r.n_ctx)},
+        {"n_prompt", Value::integer(r.test.n_prompt)},
+        {"n_gen", Value::integer(r.test.n_gen)},
+        {"n_depth", Value::integer(r.test.n_depth)},
+        {"n_parallel", Value::integer(r.test.n_parallel)},
+        {"test", Value::text(r.test.name())},
+        {"test_time", Value::text(r.test_time)},
+        {"repetitions", Value::integer(static_cast<long long>(r.samples_ns.size()))},
+        {"avg_ns", Value::integer(std::llround(r.avg_ns()))},
+        {"stddev_ns", Value::integer(std::llround(r.stddev_ns()))},
+        {"avg_ts", Value::real(r.avg_ts())},
+        {"stddev_ts", Value::real(r.stddev_ts())},
+        {"avg_ts_per_seq", Value::real(r.avg_ts_per_seq())},
+        {"weight_bytes_per_token", gen_only(r.weight_bytes_per_token)},
+        {"kv_bytes_per_token", gen_only(r.kv_bytes_per_token)},
+        {"bytes_per_token", gen_only(r.bytes_per_token())},
+        {"effective_gibs", gen_only(r.effective_gibs())},
+        {"bandwidth_gibs", bw ? Value::real(bw->best_gibs) : Value::null()},
+        {"bandwidth_median_gibs", bw ? Value::real(bw->median_gibs) : Value::null()},
+        {"bandwidth_pct", bw && gen && bw->best_gibs > 0 ? Value::real(100.0 * r.effective_gibs() / bw->best_gibs) : Value::null()},
+        {"kv_bytes", Value::integer(static_cast<long long>(r.kv_bytes))},
+        {"compute_bytes", Value::integer(static_cast<long long>(r.compute_bytes))},
+        {"peak_rss_bytes", r.peak_rss ? Value::integer(static_cast<long long>(r.peak_rss)) : Value::null()},
+        {"peak_rss_over_weights_kv", r.peak_rss && wkv > 0 ? Value::real(static_cast<double>(r.peak_rss) / wkv) : Value::null()},
+        {"peak_rss_per_test", Value::boolean(r.peak_rss_per_test)},
+    };
+}
+
+// ---- JSON ----
+
+std::string json_string(const std::string& s) {
+    std::string o = "\"";
+    for (unsigned char c : s) {
+        switch (c) {
+            case '"': o += "\\\""; break;
+            case '\\': o += "\\\\"; break;
+            case '\n': o += "\\n"; break;
+            case '\r': o += "\\r"; break;
+            case '\t': o += "\\t"; break;
+            default:
+                if (c < 0x20) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                    o += buf;
+                } else {
+                    o += static_cast<char>(c);
+                }
+        }
+    }
+    return o + "\"";
+}
+
+std::string json_value(const Value& v) {
+    switch (v.kind) {
+        case Value::Kind::Null: return "null";
+        case Value::Kind::Bool: return v.i ? "true" : "false";
+        case Value::Kind::Int: return std::to_string(v.i);
+        case Value::Kind::Real: return fmt("%.17g", v.d);
+        case Value::Kind::Text: return json_string(v.s);
+    }
+    return "null";
+}
+
+std::string json_array(const std::vector<double>& v) {
+    std::string o = "[";
+    for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + fmt("%.17g", v[i]);
+    return o + "]";
+}
+
+void print_json(FILE* out, const Report& rep) {
+    std::fprintf(out, "[");
+    for (size_t k = 0; k < rep.results.size(); ++k) {
+        const Result& r = rep.results[k];
+        std::fprintf(out, "%s\n  {\n", k ? "," : "");
+        for (const auto& [name, v] : fields(rep, r)) std::fprintf(out, "    \"%s\": %s,\n", name, json_value(v).c_str());
+        std::vector<double> ns = r.samples_ns;
+        for (double& x : ns) x = std::round(x);
+        std::fprintf(out, "    \"samples_ns\": %s,\n", json_array(ns).c_str());
+        std::fprintf(out, "    \"samples_ts\": %s\n  }", json_array(r.samples_ts()).c_str());
+    }
+    std::fprintf(out, "%s]\n", rep.results.empty() ? "" : "\n");
+}
+
+// ---- CSV ----
+
+std::string csv_value(const Value& v) {
+    switch (v.kind) {
+        case Value::Kind::Null: return "";
+        case Value::Kind::Bool: return v.i ? "true" : "false";
+        case Value::Kind::Int: return std::to_string(v.i);
+        case Value::Kind::Real: return fmt("%.10g", v.d);
+        case Value::Kind::Text: {
+            // RFC 4180: quote every text field, doubling quotes inside.
+            std::string o = "\"";
+            for (char c : v.s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
+            return o + "\"";
+        }
+    }
+    return "";
+}
+
+void print_csv(FILE* out, const Report& rep) {
+    // The header comes from a row's field names; with no results there is still a header.
+    const Result empty{};
+    const auto names = fields(rep, rep.results.empty() ? empty : rep.results.front());
+    for (size_t i = 0; i < names.size(); ++i) std::fprintf(out, "%s%s", i ? "," : "", names[i].first);
+    std::fprintf(out, "\n");
+    for (const Result& r : rep.results) {
+        const auto f = fields(rep, r);
+        for (size_t i = 0; i < f.size(); ++i) std::fprintf(out, "%s%s", i ? "," : "", csv_value(f[i].second).c_str());
+        std::fprintf(out, "\n");
+    }
+}
+
+// ---- Markdown ----
+
+struct Column {
+    std::string title;
+    bool right;  // numbers are right-aligned, as in llama-bench
+    std::string (*cell)(const Report&, const Result&);
+};
+
+std::string size_text(uint64_t bytes) {
+    const double b = static_cast<double>(bytes);
+    return b >= kGiB ? fmt("%.2f GiB", b / kGiB) : fmt("%.2f MiB", b / kMiB);
+}
+
+std::string params_text(uint64_t n) {
+    const double p = static_cast<double>(n);
+    return p >= 1e9 ? fmt("%.2f B", p / 1e9) : fmt("%.2f M", p / 1e6);
+}
+
+std::string pm(double avg, double sd) { return fmt("%.2f", avg) + " ± " + fmt("%.2f", sd); }
+
+void print_markdown(FILE* out, const Report& rep) {
+    for (const auto& [threads, bw] : rep.bandwidth) {
+        std::fprintf(out, "bandwidth: %d threads, %s loads, %zu passes over %zu MiB: best %.2f GiB/s, median %.2f GiB/s\n\n", threads,
+                     bw.loads, bw.passes_gibs.size(), bw.bytes >> 20, bw.best_gibs, bw.median_gibs);
+    }
+    const auto& rs = rep.results;
+    auto any = [&](auto pred) { return std::any_of(rs.begin(), rs.end(), pred); };
+    // A setting gets a column when it varies or differs from llama-bench's default, as llama-bench does.
+    auto shown = [&](auto get, auto def) {
+        return any([&](const Result& r) { return get(r) != def || get(r) != get(rs.front()); });
+    };
+    std::vector<Column> cols = {
+        {"model", false, [](const Report&, const Result& r) { return r.model.type; }},
+        {"size", true, [](const Report&, const Result& r) { return size_text(r.model.size); }},
+        {"params", true, [](const Report&, const Result& r) { return params_text(r.model.n_params); }},
+        {"threads", true, [](const Report&, const Result& r) { return std::to_string(r.n_threads); }},
+    };
+    if (!rs.empty()) {
+        if (shown([](const Result& r) { return r.test.n_batch; }, 2048))
+            cols.push_back({"n_batch", true, [](const Report&, const Result& r) { return std::to_string(r.test.n_batch); }});
+        if (shown([](const Result& r) { return r.test.n_ubatch; }, 512))
+            cols.push_back({"n_ubatch", true, [](const Report&, const Result& r) { return std::to_string(r.test.n_ubatch); }});
+        if (shown([](const Result& r) { return r.test.type_k; }, std::string("f16")))
+            cols.push_back({"type_k", false, [](const Report&, const Result& r) { return r.test.type_k; }});
+        if (shown([](const Result& r) { return r.test.type_v; }, std::string("f16")))
+            cols.push_back({"type_v", false, [](const Report&, const Result& r) { return r.test.type_v; }});
+        if (shown([](const Result& r) { return r.test.precision; }, std::string("auto")))
+            cols.push_back({"precision", false, [](const Report&, const Result& r) { return r.test.precision; }});
+    }
+    cols.push_back({"test", true, [](const Report&, const Result& r) { return r.test.name(); }});
+    cols.push_back({"t/s", true, [](const Report&, const Result& r) { return pm(r.avg_ts(), r.stddev_ts()); }});
+    const bool gen = any([](const Result& r) { return r.test.kind != TestKind::Prompt; });
+    if (any([](const Result& r) { return r.test.n_parallel > 1; })) {
+        cols.push_back({"t/s per seq", true, [](const Report&, const Result& r) {
+                            return r.test.kind == TestKind::Parallel ? fmt("%.2f", r.avg_ts_per_seq()) : std::string();
+                        }});
+    }
+    if (gen) {
+        cols.push_back({"MiB/token", true, [](const Report&, const Result& r) {
+                            return r.test.kind == TestKind::Prompt ? std::string() : fmt("%.1f", r.bytes_per_token() / kMiB);
+                        }});
+        cols.push_back({"GiB/s", true, [](const Report&, const Result& r) {
+                            return r.test.kind == TestKind::Prompt ? std::string() : fmt("%.2f", r.effective_gibs());
+                        }});
+        if (!rep.bandwidth.empty()) {
+            cols.push_back({"% bw", true, [](const Report& p, const Result& r) {
+                                const Bandwidth* bw = bandwidth_for(p, r.n_threads);
+                                if (r.test.kind == TestKind::Prompt || !bw || bw->best_gibs <= 0) return std::string();
+                                return fmt("%.1f", 100.0 * r.effective_gibs() / bw->best_gibs);
+                            }});
+        }
+    }
+    if (rep.mem_columns) {
+        cols.push_back({"KV MiB", true, [](const Report&, const Result& r) { return fmt("%.1f", static_cast<double>(r.kv_bytes) / kMiB); }});
+        cols.push_back({"compute MiB", true, [](const Report&, const Result& r) {
+                            return fmt("%.1f", static_cast<double>(r.compute_bytes) / kMiB);
+                        }});
+        cols.push_back({"peak RSS MiB", true, [](const Report&, const Result& r) {
+                            return r.peak_rss ? fmt("%.1f", static_cast<double>(r.peak_rss) / kMiB) : std::string("?");
+                        }});
+        cols.push_back({"RSS/(W+KV)", true, [](const Report&, const Result& r) {
+                            const double wkv = static_cast<double>(r.model.size + r.kv_bytes);
+                            return r.peak_rss && wkv > 0 ? fmt("%.3f", static_cast<double>(r.peak_rss) / wkv) : std::string("?");
+                        }});
+    }
+
+    std::vector<std::vector<std::string>> cells;
+    for (const Result& r : rs) {
+        std::vector<std::string> row;
+        for (const Column& c : cols) row.push_back(c.cell(rep, r));
+        cells.push_back(std::move(row));
+    }
+    // Widths in characters, not bytes ("±" is two bytes in UTF-8).
+    auto width = [](const std::string& s) {
+        size_t n = 0;
+        for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+        return n;
+    };
+    std::vector<size_t> w(cols.size());
+    for (size_t i = 0; i < cols.size(); ++i) {
+        w[i] = std::max<size_t>(width(cols[i].title), 3);
+        for (const auto& row : cells) w[i] = std::max(w[i], width(row[i]));
+    }
+    auto pad = [&](const std::string& s, size_t i) {
+        const std::string fill(w[i] - width(s), ' ');
+        return cols[i].right ? fill + s : s + fill;
+    };
+    std::string line = "|";
+    for (size_t i = 0; i < cols.size(); ++i) line += " " + pad(cols[i].title, i) + " |";
+    std::fprintf(out, "%s\n|", line.c_str());
+    for (size_t i = 0; i < cols.size(); ++i) {
+        std::fprintf(out, " %s%s |", std::string(w[i] - 1, '-').c_str(), cols[i].right ? ":" : "-");
+    }
+    std::fprintf(out, "\n");
+    for (const auto& row : cells) {
+        line = "|";
+        for (size_t i = 0; i < cols.size(); ++i) line += " " + pad(row[i], i) + " |";
+        std::fprintf(out, "%s\n", line.c_str());
+    }
+}
+
+}  // namespace
+
+void print_report(FILE* out, OutputFormat format, const Report& report) {
+    switch (format) {
+        case OutputFormat::Markdown: print_markdown(out, report); break;
+        case OutputFormat::Csv: print_csv(out, report); break;
+        case OutputFormat::Json: print_json(out, report); break;
+    }
+    std::fflush(out);
+}
+
+}  // namespace kiln_bench

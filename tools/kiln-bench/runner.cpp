@@ -1,0 +1,310 @@
+#include "runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <exception>
+#include <fstream>
+#include <random>
+
+#include "../common/cli_common.h"
+
+#if defined(__unix__) || defined(__APPLE__)
+#  include <sys/resource.h>
+#endif
+
+namespace kt = kiln_tools;
+
+namespace kiln_bench {
+
+// ---- Statistics ----
+
+double mean(const std::vector<double>& v) {
+    if (v.empty()) return 0;
+    double s = 0;
+    for (double x : v) s += x;
+    return s / static_cast<double>(v.size());
+}
+
+double stddev(const std::vector<double>& v) {
+    if (v.size() < 2) return 0;
+    const double m = mean(v);
+    double s = 0;
+    for (double x : v) s += (x - m) * (x - m);
+    return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+std::vector<double> Result::samples_ts() const {
+    std::vector<double> ts;
+    const double n = static_cast<double>(test.tokens_timed());
+    for (double ns : samples_ns) ts.push_back(ns > 0 ? 1e9 * n / ns : 0.0);
+    return ts;
+}
+
+double Result::avg_ns() const { return mean(samples_ns); }
+double Result::stddev_ns() const { return stddev(samples_ns); }
+double Result::avg_ts() const { return mean(samples_ts()); }
+double Result::stddev_ts() const { return stddev(samples_ts()); }
+
+double Result::effective_gibs() const { return bytes_per_token() * avg_ts() / (1024.0 * 1024.0 * 1024.0); }
+
+namespace {
+
+// ---- Peak resident memory ----
+
+// Linux keeps the peak (VmHWM) per process and lets it be reset to the current
+// resident size by writing 5 to /proc/self/clear_refs, so each test gets its own
+// peak. Elsewhere (or when the write is refused) only the lifetime peak exists.
+bool reset_peak_rss() {
+#if defined(__linux__)
+    std::ofstream f("/proc/self/clear_refs");
+    if (!f) return false;
+    f << "5";
+    f.flush();
+    return static_cast<bool>(f);
+#else
+    return false;
+#endif
+}
+
+uint64_t peak_rss_bytes() {
+#if defined(__linux__)
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line)) {
+        if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;  // "VmHWM:   1234 kB"
+    }
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+    rusage u{};
+    if (getrusage(RUSAGE_SELF, &u) == 0) {
+#  if defined(__APPLE__)
+        return static_cast<uint64_t>(u.ru_maxrss);  // bytes
+#  else
+        return static_cast<uint64_t>(u.ru_maxrss) * 1024;  // kB
+#  endif
+    }
+#endif
+    return 0;
+}
+
+// ---- Model description ----
+
+std::string meta(const kiln_model* m, const char* key) {
+    char buf[256];
+    const int32_t n = kiln_model_meta_val_str(m, key, buf, sizeof buf);
+    return n < 0 ? std::string() : std::string(buf, static_cast<size_t>(std::min<int32_t>(n, sizeof buf - 1)));
+}
+
+// llama.cpp's names of GGUF general.file_type values, as llama-bench prints them.
+std::string file_type_name(const std::string& id) {
+    static const std::pair<const char*, const char*> kNames[] = {
+        {"0", "all F32"},      {"1", "F16"},          {"2", "Q4_0"},         {"3", "Q4_1"},         {"7", "Q8_0"},
+        {"8", "Q5_0"},         {"9", "Q5_1"},         {"10", "Q2_K - Medium"}, {"11", "Q3_K - Small"}, {"12", "Q3_K - Medium"},
+        {"13", "Q3_K - Large"}, {"14", "Q4_K - Small"}, {"15", "Q4_K - Medium"}, {"16", "Q5_K - Small"}, {"17", "Q5_K - Medium"},
+        {"18", "Q6_K"},        {"25", "IQ4_NL"},      {"32", "BF16"},
+    };
+    for (const auto& [k, v] : kNames) {
+        if (id == k) return v;
+    }
+    return id.empty() ? "" : "file type " + id;
+}
+
+ModelInfo describe(const kiln_model* m, const std::string& path) {
+    ModelInfo info;
+    info.path = path;
+    const size_t slash = path.find_last_of("/\\");
+    info.filename = slash == std::string::npos ? path : path.substr(slash + 1);
+    info.size = kiln_model_size(m);
+    info.n_params = kiln_model_n_params(m);
+    info.weight_bytes_per_token = kiln_bench_weight_bytes_per_token(m);
+    std::string size = meta(m, "general.size_label");
+    if (size.empty()) {
+        char buf[32];
+        const double p = static_cast<double>(info.n_params);
+        if (p >= 1e9) std::snprintf(buf, sizeof buf, "%.1fB", p / 1e9);
+        else std::snprintf(buf, sizeof buf, "%.0fM", p / 1e6);
+        size = buf;
+    }
+    info.type = meta(m, "general.architecture") + " " + size;
+    const std::string ft = file_type_name(meta(m, "general.file_type"));
+    if (!ft.empty()) info.type += " " + ft;
+    return info;
+}
+
+std::string utc_now() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+#if defined(_WIN32)
+    gmtime_s(&tm, &t);
+#else
+    gmtime_r(&t, &tm);
+#endif
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+// ---- Decoding ----
+
+// Drives one context: random token ids (a fixed seed, so every run decodes the
+// same tokens), no sampling. Throws ToolError when a decode fails.
+class Driver {
+public:
+    Driver(kiln_context* ctx, const kiln_model* model, int32_t n_batch, int32_t n_parallel)
+        : ctx_(ctx),
+          n_vocab_(kiln_model_n_vocab(model)),
+          bos_(kiln_add_bos(model) ? kiln_token_bos(model) : -1),
+          n_batch_(n_batch),
+          batch_(std::max(n_batch, n_parallel), 1) {}
+
+    // Decodes n tokens of sequence seq at positions pos0.. in chunks of n_batch, logits for the
+    // last token of each chunk (as llama-bench's prompt test does).
+    void prompt(int32_t seq, int32_t pos0, int32_t n) {
+        for (int32_t done = 0; done < n;) {
+            const int32_t chunk = std::min(n_batch_, n - done);
+            batch_.clear();
+            for (int32_t i = 0; i < chunk; ++i) {
+                const int32_t pos = pos0 + done + i;
+                batch_.add(pos == 0 && bos_ >= 0 ? bos_ : random_token(), pos, seq, i == chunk - 1);
+            }
+            decode();
+            done += chunk;
+        }
+    }
+
+    // One decode step: one token for each of n_seq sequences (0..n_seq-1), all at position pos, each with logits.
+    void step(int32_t n_seq, int32_t pos) {
+        batch_.clear();
+        for (int32_t s = 0; s < n_seq; ++s) batch_.add(random_token(), pos, s, true);
+        decode();
+        // The logits are what a caller would read next; asking for them also checks they exist.
+        if (!kiln_get_logits_ith(ctx_, -1)) kt::fail_with_last_error("no logits after a generation step");
+    }
+
+private:
+    kiln_token random_token() { return static_cast<kiln_token>(rng_() % static_cast<uint32_t>(n_vocab_)); }
+
+    void decode() {
+        const int32_t rc = kiln_decode(ctx_, batch_.get());
+        if (rc == 1) kt::fail_with_last_error("the KV cache is full");
+        if (rc != 0) kt::fail_with_last_error("decode failed");
+    }
+
+    kiln_context* ctx_;
+    int32_t n_vocab_;
+    kiln_token bos_;
+    int32_t n_batch_;
+    kt::Batch batch_;
+    std::mt19937 rng_{20261130};
+};
+
+// Runs one test on a fresh context, as llama-bench does for each test instance.
+Result run_test(const kiln_model* model, const ModelInfo& info, const Test& t, const RunnerOptions& opts, bool& warned_rss) {
+    Result r;
+    r.model = info;
+    r.test = t;
+    r.test_time = utc_now();
+    const int32_t n_seq = t.n_parallel;
+    kt::ContextArgs ca{.n_ctx = opts.n_ctx > 0 ? opts.n_ctx : static_cast<int32_t>(t.cells_needed()),
+                       .n_batch = std::max(t.n_batch, n_seq),
+                       .n_ubatch = t.n_ubatch,
+                       .n_threads = t.n_threads,
+                       .cache_type_k = t.type_k,
+                       .cache_type_v = t.type_v,
+                       .precision = t.precision};
+    kiln_context_params cp = kt::context_params(ca);
+    cp.n_seq_max = static_cast<uint32_t>(n_seq);
+
+    // The peak is reset with the weights already resident, so it covers weights + this context.
+    r.peak_rss_per_test = reset_peak_rss();
+    if (!r.peak_rss_per_test && !warned_rss) {
+        std::fprintf(stderr, "kiln-bench: warning: cannot reset the peak resident size; peak_rss is the process's lifetime peak\n");
+        warned_rss = true;
+    }
+    kt::ContextPtr ctx = kt::new_context(model, cp);
+    r.n_threads = kiln_n_threads(ctx.get());
+    r.n_ctx = kiln_n_ctx(ctx.get());
+    r.kv_bytes = kiln_kv_bytes(ctx.get());
+    if (opts.verbose) std::fprintf(stderr, "kiln-bench:   context: %s\n", kt::describe_context(ctx.get(), ca).c_str());
+
+    Driver drv(ctx.get(), model, t.n_batch, n_seq);
+    // Untimed prefix of every sequence: the depth (and, for batched tests, each sequence's prompt).
+    // It is decoded once; each repetition then removes what the previous one added, which leaves the
+    // cache exactly as a fresh fill would (llama-bench refills it every time, at a cost of d tokens).
+    const int32_t base = t.n_depth + (t.kind == TestKind::Parallel ? t.n_prompt : 0);
+    auto reset_to_base = [&] {
+        if (base == 0) kiln_kv_clear(ctx.get());
+        else if (!kiln_kv_seq_rm(ctx.get(), -1, base, -1)) kt::fail_with_last_error("cannot trim the KV cache back to the depth");
+    };
+    kiln_kv_clear(ctx.get());
+    for (int32_t s = 0; s < n_seq && base > 0; ++s) drv.prompt(s, 0, base);
+
+    auto run_once = [&](bool warmup) {
+        switch (t.kind) {
+            case TestKind::Prompt: drv.prompt(0, base, warmup ? std::min(t.n_prompt, t.n_batch) : t.n_prompt); break;
+            case TestKind::Generation:
+            case TestKind::Parallel:
+                for (int32_t i = 0; i < (warmup ? 1 : t.n_gen); ++i) drv.step(n_seq, base + i);
+                break;
+        }
+    };
+    if (opts.warmup) {
+        run_once(true);
+        reset_to_base();
+    }
+    for (int32_t rep = 0; rep < opts.repetitions; ++rep) {
+        if (rep > 0) reset_to_base();
+        const kt::Stopwatch sw;
+        run_once(false);
+        r.samples_ns.push_back(sw.ms() * 1e6);
+        if (opts.verbose) {
+            std::fprintf(stderr, "kiln-bench:   %s rep %d: %.3f ms, %.2f t/s\n", t.name().c_str(), rep + 1, sw.ms(),
+                         r.samples_ts().back());
+        }
+    }
+    r.compute_bytes = kiln_compute_bytes(ctx.get());
+    r.peak_rss = peak_rss_bytes();
+
+    if (t.kind != TestKind::Prompt) {
+        // Token i of a sequence sits at position base + i and attends base + i + 1 positions;
+        // a batched step reads the weights once for all its sequences.
+        double kv = 0;
+        for (int32_t i = 0; i < t.n_gen; ++i) kv += static_cast<double>(kiln_bench_kv_bytes_per_token(ctx.get(), base + i + 1));
+        r.kv_bytes_per_token = kv / t.n_gen;
+        r.weight_bytes_per_token = static_cast<double>(info.weight_bytes_per_token) / n_seq;
+    }
+    return r;
+}
+
+}  // namespace
+
+void Runner::run_model(const std::string& path, const std::vector<Test>& tests, std::vector<Result>& results,
+                       std::vector<std::string>& errors) {
+    kt::ModelPtr model;
+    try {
+        const kt::ModelArgs ma{.path = path, .n_gpu_layers = 0, .mlock = false, .no_mmap = !opts_.use_mmap};
+        model = kt::load_model(ma, !opts_.verbose);
+    } catch (const std::exception& e) {
+        errors.push_back(e.what());
+        std::fprintf(stderr, "kiln-bench: %s (skipping this model)\n", e.what());
+        return;
+    }
+    const ModelInfo info = describe(model.get(), path);
+    std::fprintf(stderr, "kiln-bench: %s: %s, %.2f MiB, %.2f M params\n", info.filename.c_str(), info.type.c_str(),
+                 kt::mib(info.size), static_cast<double>(info.n_params) / 1e6);
+    if (opts_.verbose) std::fprintf(stderr, "kiln-bench:   %s\n", kt::describe_model(model.get()).c_str());
+    bool warned_rss = false;
+    for (const Test& t : tests) {
+        std::fprintf(stderr, "kiln-bench: %s: %s, %d threads ...\n", info.filename.c_str(), t.name().c_str(), t.n_threads);
+        try {
+            results.push_back(run_test(model.get(), info, t, opts_, warned_rss));
+        } catch (const std::exception& e) {
+            const std::string msg = path + ": " + t.name() + ": " + e.what();
+            errors.push_back(msg);
+            std::fprintf(stderr, "kiln-bench: %s (skipping this test)\n", msg.c_str());
+        }
+    }
+}
+
+}  // namespace kiln_bench

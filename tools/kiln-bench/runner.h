@@ -1,0 +1,75 @@
+// Runs kiln-bench's tests on one model through the C API and records, per
+// test, every repetition's time, the memory the test held and the bytes a
+// generated token reads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "options.h"
+
+namespace kiln_bench {
+
+struct ModelInfo {
+    std::string path;
+    std::string filename;       // path without its folders
+    std::string type;           // "llama 1B Q4_0"
+    uint64_t size = 0;          // weight bytes (kiln_model_size)
+    uint64_t n_params = 0;
+    uint64_t weight_bytes_per_token = 0;  // kiln_bench_weight_bytes_per_token
+};
+
+struct Result {
+    ModelInfo model;
+    Test test;
+    int32_t n_threads = 0;      // what the context computes with
+    uint32_t n_ctx = 0;         // KV cells of the context
+    std::string test_time;      // ISO 8601 UTC start of the test
+    std::vector<double> samples_ns;  // one per repetition
+    uint64_t kv_bytes = 0;      // the context's KV cache
+    uint64_t compute_bytes = 0; // the context's compute buffers
+    uint64_t peak_rss = 0;      // peak resident bytes while the context existed (0: unknown)
+    bool peak_rss_per_test = true;  // false: the process's lifetime peak (the peak could not be reset)
+    // Generation and batched tests (0 for prompt tests): bytes one token reads, averaged over the timed
+    // tokens (the K/V part grows with the position).
+    double weight_bytes_per_token = 0;
+    double kv_bytes_per_token = 0;
+
+    double bytes_per_token() const { return weight_bytes_per_token + kv_bytes_per_token; }
+    std::vector<double> samples_ts() const;  // tokens per second of each repetition
+    double avg_ns() const;
+    double stddev_ns() const;
+    double avg_ts() const;
+    double stddev_ts() const;
+    double avg_ts_per_seq() const { return avg_ts() / test.n_parallel; }
+    double effective_gibs() const;  // bytes_per_token x avg_ts, in GiB/s (0 for prompt tests)
+};
+
+// Mean and sample standard deviation (n - 1; 0 for fewer than two values), as llama-bench reports them.
+double mean(const std::vector<double>& v);
+double stddev(const std::vector<double>& v);
+
+struct RunnerOptions {
+    int32_t repetitions = 5;
+    int32_t n_ctx = 0;      // 0: each context just fits its test
+    bool warmup = true;
+    bool use_mmap = true;
+    bool verbose = false;
+};
+
+class Runner {
+public:
+    explicit Runner(RunnerOptions opts) : opts_(opts) {}
+
+    // Loads the model and runs the tests in order; results of the tests that ran are appended.
+    // A model that fails to load, or a test that fails, is reported in `errors` ("FILE: test: why")
+    // and the rest still run.
+    void run_model(const std::string& path, const std::vector<Test>& tests, std::vector<Result>& results,
+                   std::vector<std::string>& errors);
+
+private:
+    RunnerOptions opts_;
+};
+
+}  // namespace kiln_bench
