@@ -189,4 +189,16 @@ struct block_q8_0x16 {
 };
 static_assert(sizeof(block_q8_0x16) == kPackRows * sizeof(block_q8_0), "block_q8_0x16 size");
 
+// 16 rows x 32 columns of F16 (or BF16: same arrangement, bf16_t values). Chunk c (0..15)
+// holds elements 2c and 2c+1 of row r at v[32 c + 2 r], v[32 c + 2 r + 1]: one 64-byte
+// load is 16 rows x 2 consecutive elements, the operand of a BF16 pair dot product
+// (AVX-512 vdpbf16ps: one 32-bit lane per row). A group of 16 rows is K / 32 such blocks;
+// their chunks follow each other, so a group is simply K / 2 chunks of 64 bytes. The
+// values are the source's exactly (F16 stays F16; kernels convert in registers).
+constexpr int kPackCols16 = 32;  // columns per block of the 16-bit float layouts
+struct block_f16x16 {
+    uint16_t v[kPackRows * kPackCols16];
+};
+static_assert(sizeof(block_f16x16) == kPackRows * kPackCols16 * sizeof(fp16_t), "block_f16x16 size");
+
 }  // namespace kiln

@@ -49,6 +49,23 @@ void unpack_q8_0(const block_q8_0x16* g, int r, block_q8_0* out, int64_t nb) {
     }
 }
 
+// F16 / BF16: 16-bit values, chunk c of a 32-column block holds elements 2c, 2c+1 of each
+// row (see block_f16x16). nb = K / 32.
+void pack_group_16(const uint8_t* src, size_t stride, block_f16x16* dst, int64_t nb) {
+    for (int64_t b = 0; b < nb; ++b) {
+        for (int r = 0; r < kPackRows; ++r) {
+            const auto* in = reinterpret_cast<const uint16_t*>(src + r * stride) + b * kPackCols16;
+            for (int c = 0; c < kPackCols16 / 2; ++c) std::memcpy(&dst[b].v[32 * c + 2 * r], in + 2 * c, 2 * sizeof(uint16_t));
+        }
+    }
+}
+
+void unpack_16(const block_f16x16* g, int r, uint16_t* out, int64_t nb) {
+    for (int64_t b = 0; b < nb; ++b) {
+        for (int c = 0; c < kPackCols16 / 2; ++c) std::memcpy(out + b * kPackCols16 + 2 * c, &g[b].v[32 * c + 2 * r], 2 * sizeof(uint16_t));
+    }
+}
+
 }  // namespace
 
 bool can_pack(Type type, int64_t K, int64_t nrows) {
@@ -56,6 +73,9 @@ bool can_pack(Type type, int64_t K, int64_t nrows) {
         case Type::Q4_0:
         case Type::Q8_0:
             return K > 0 && nrows > 0 && nrows % kPackRows == 0 && K % traits(type).block_size == 0;
+        case Type::F16:
+        case Type::BF16:
+            return K > 0 && nrows > 0 && nrows % kPackRows == 0 && K % kPackCols16 == 0;
         default:
             return false;
     }
@@ -76,6 +96,8 @@ void pack_rows(Type type, const void* src, size_t src_row_bytes, void* dst, int6
         switch (type) {
             case Type::Q4_0: pack_group_q4_0(s, src_row_bytes, reinterpret_cast<block_q4_0x16*>(d), nb); break;
             case Type::Q8_0: pack_group_q8_0(s, src_row_bytes, reinterpret_cast<block_q8_0x16*>(d), nb); break;
+            case Type::F16:
+            case Type::BF16: pack_group_16(s, src_row_bytes, reinterpret_cast<block_f16x16*>(d), K / kPackCols16); break;
             default: break;
         }
     }
@@ -89,6 +111,10 @@ void unpack_row(Type type, const void* packed, int64_t K, int64_t row, void* dst
     switch (type) {
         case Type::Q4_0: unpack_q4_0(reinterpret_cast<const block_q4_0x16*>(g), r, static_cast<block_q4_0*>(dst_row), nb); break;
         case Type::Q8_0: unpack_q8_0(reinterpret_cast<const block_q8_0x16*>(g), r, static_cast<block_q8_0*>(dst_row), nb); break;
+        case Type::F16:
+        case Type::BF16:
+            unpack_16(reinterpret_cast<const block_f16x16*>(g), r, static_cast<uint16_t*>(dst_row), K / kPackCols16);
+            break;
         default: throw std::invalid_argument("unpack_row: " + std::string(type_name(type)) + " has no packed layout");
     }
 }

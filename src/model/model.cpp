@@ -4,10 +4,13 @@
 #include <cstdio>
 #include <algorithm>
 #include <new>
+#include <thread>
+#include <vector>
 #include <stdexcept>
 #include <unordered_set>
 
 #include "backends/cpu/kernels/gemm.h"
+#include "core/quant_blocks.h"
 #include "core/quant_repack.h"
 
 #if !defined(_WIN32)
@@ -101,13 +104,14 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelParams& p
     size_t total = 0;
     for (const Tensor& t : m->tensors_) total += t.nbytes();
     size_t done = 0;
+    for (const Tensor& t : m->tensors_) done += t.layout == Layout::Packed16 ? t.nbytes() : 0;
     volatile uint8_t sink = 0;
     for (const Tensor& t : m->tensors_) {
         const auto* p = static_cast<const uint8_t*>(t.data);
         const size_t n = t.nbytes();
-        if (t.layout == Layout::Rows) {  // packed tensors were just written
-            for (size_t off = 0; off < n; off += 4096) sink = static_cast<uint8_t>(sink + p[off]);
-        }
+        m->n_params_ += t.nelements();
+        if (t.layout == Layout::Packed16) continue;  // written, counted (and locked) by repack_weights
+        for (size_t off = 0; off < n; off += 4096) sink = static_cast<uint8_t>(sink + p[off]);
 #if !defined(_WIN32)
         if (params.use_mlock && ::mlock(p, n) != 0) {
             std::fprintf(stderr, "kiln: warning: mlock of '%s' failed (raise RLIMIT_MEMLOCK?); continuing unlocked\n",
@@ -121,7 +125,6 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelParams& p
         }
 #endif
         done += n;
-        m->n_params_ += t.nelements();
         if (params.progress && !params.progress(total ? static_cast<float>(done) / static_cast<float>(total) : 1.0f)) {
             throw std::runtime_error(path + ": loading cancelled");
         }
@@ -140,7 +143,6 @@ void Model::AlignedFree::operator()(uint8_t* p) const { ::operator delete(p, std
 // Copies each matrix weight the selected CPU kernels accelerate into the packed layout (one
 // buffer for all), points the tensor at the copy and releases the file pages it came from.
 void Model::repack_weights(const ModelParams& params) {
-    (void)params;
     const cpu::Isa isa = cpu::selected_isa();
     std::vector<Tensor*> todo;
     auto consider = [&](Tensor* t) {
@@ -153,17 +155,34 @@ void Model::repack_weights(const ModelParams& params) {
     }
     consider(w_.output);
     if (todo.empty()) return;
+    size_t all_bytes = 0, packed_done = 0;  // progress: packing comes first, then the other tensors are touched
+    for (const Tensor& t : tensors_) all_bytes += t.nbytes();
     size_t total = 0;
     for (const Tensor* t : todo) total += (packed_size(t->type, t->ne[0], t->ne[1]) + 63) / 64 * 64;
     packed_.reset(static_cast<uint8_t*>(::operator new(total, std::align_val_t{kPackAlign})));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     ::madvise(packed_.get(), total, MADV_HUGEPAGE);
 #endif
+    // Tensors are packed in order, each split by row groups over the machine's threads (first
+    // touches of the new memory are page faults; doing them in parallel roughly halves the time).
+    const int n_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
     size_t off = 0;
     for (Tensor* t : todo) {
         uint8_t* dst = packed_.get() + off;
         const auto* src = static_cast<const uint8_t*>(t->data);
-        pack_rows(t->type, src, t->nb[1], dst, t->ne[0], t->ne[1]);
+        const int64_t groups = t->ne[1] / kPackRows;
+        const size_t group_out = packed_size(t->type, t->ne[0], kPackRows);
+        auto pack_part = [&](int i) {
+            const int64_t g0 = groups * i / n_threads, g1 = groups * (i + 1) / n_threads;
+            if (g1 > g0) {
+                pack_rows(t->type, src + static_cast<size_t>(g0 * kPackRows) * t->nb[1], t->nb[1], dst + static_cast<size_t>(g0) * group_out,
+                          t->ne[0], (g1 - g0) * kPackRows);
+            }
+        };
+        std::vector<std::thread> workers;
+        for (int i = 1; i < n_threads; ++i) workers.emplace_back(pack_part, i);
+        pack_part(0);
+        for (auto& w : workers) w.join();
         const size_t n = t->nbytes();
 #if !defined(_WIN32)
         // Give the mapped pages of the original back (whole pages inside the tensor only; a
@@ -178,8 +197,17 @@ void Model::repack_weights(const ModelParams& params) {
         t->data = dst;
         t->layout = Layout::Packed16;
         off += (n + 63) / 64 * 64;
+        packed_done += n;
+        if (params.progress && !params.progress(static_cast<float>(packed_done) / static_cast<float>(all_bytes))) {
+            throw std::runtime_error(path() + ": loading cancelled");
+        }
     }
     packed_bytes_ = off;
+#if !defined(_WIN32)
+    if (params.use_mlock && ::mlock(packed_.get(), off) != 0) {
+        std::fprintf(stderr, "kiln: warning: mlock of the repacked weights failed (raise RLIMIT_MEMLOCK?); continuing unlocked\n");
+    }
+#endif
 }
 
 const Tokenizer& Model::tokenizer() const {

@@ -47,7 +47,29 @@ struct PackedKernels {
     // MatmulPrecision::Precise; col is then even).
     void (*quantize_act)(const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
     void (*gemm)(const GemmTask& t);
+    // Activation formats other than the q8 tiles (F16/BF16 weights: BF16 or F32 tiles of
+    // kActTile rows). Bytes of one tile of K-element rows; null: act_tile_bytes (q8 tiles).
+    size_t (*tile_bytes)(int64_t K) = nullptr;
+    // Kernels precise mode uses instead of residual pairs (F16/BF16 weights: exact F32
+    // products); null: these kernels with pairs == 2.
+    const PackedKernels* precise = nullptr;
 };
+
+// What one matmul runs: the kernels of its precision mode and their activation layout.
+struct PackedPlan {
+    const PackedKernels* k = nullptr;
+    int pairs = 1;          // activation rows per output row (GemmTask::pairs)
+    size_t tile_bytes = 0;  // bytes of one activation tile (kActTile rows)
+};
+inline PackedPlan packed_plan(const PackedKernels& pk, int64_t K, bool precise) {
+    const PackedKernels& k = precise && pk.precise ? *pk.precise : pk;
+    return {.k = &k, .pairs = precise && !pk.precise ? 2 : 1, .tile_bytes = k.tile_bytes ? k.tile_bytes(K) : act_tile_bytes(K)};
+}
+// Scratch bytes for `rows` activation rows of one matmul.
+inline size_t packed_act_bytes(const PackedKernels& pk, int64_t K, int64_t rows, bool precise) {
+    const PackedPlan p = packed_plan(pk, K, precise);
+    return p.tile_bytes * static_cast<size_t>((rows * p.pairs + kActTile - 1) / kActTile);
+}
 
 // Packed kernels for weight type t in instruction set isa, falling back to the scalar
 // reference for sets that have none of their own; null if t has no packed layout.
@@ -60,6 +82,11 @@ namespace detail {
 const PackedKernels* packed_scalar(Type t);
 #if defined(KILN_ARCH_X86)
 const PackedKernels* packed_avx512(Type t, const CpuFeatures& f);
+#endif
+// F16 / BF16 weights (gemm_float_*.cpp).
+const PackedKernels* packed_float_scalar(Type t);
+#if defined(KILN_ARCH_X86)
+const PackedKernels* packed_float_avx512(Type t, const CpuFeatures& f);
 #endif
 }  // namespace detail
 

@@ -96,6 +96,8 @@ const PackedKernels* packed_scalar(Type t) {
     switch (t) {
         case Type::Q4_0: return &kQ4_0;
         case Type::Q8_0: return &kQ8_0;
+        case Type::F16:
+        case Type::BF16: return packed_float_scalar(t);
         default: return nullptr;
     }
 }
@@ -105,6 +107,7 @@ const PackedKernels* packed_kernels(Type t, Isa isa) {
 #if defined(KILN_ARCH_X86)
     if (isa == Isa::Avx512) {
         if (const PackedKernels* k = detail::packed_avx512(t, cpu_features())) return k;
+        if (const PackedKernels* k = detail::packed_float_avx512(t, cpu_features())) return k;
     }
 #endif
     (void)isa;
@@ -113,7 +116,9 @@ const PackedKernels* packed_kernels(Type t, Isa isa) {
 
 bool packed_accelerated(Type t, Isa isa) {
 #if defined(KILN_ARCH_X86)
-    if (isa == Isa::Avx512) return detail::packed_avx512(t, cpu_features()) != nullptr;
+    if (isa == Isa::Avx512) {
+        return detail::packed_avx512(t, cpu_features()) != nullptr || detail::packed_float_avx512(t, cpu_features()) != nullptr;
+    }
 #endif
     (void)t;
     (void)isa;
