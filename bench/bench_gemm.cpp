@@ -31,15 +31,17 @@ void BM_PackedGemm(benchmark::State& state, Type t) {
     kiln::quantize(t, f.data(), row.data(), 1, K);
     for (int64_t n = 0; n < N; ++n) std::copy(row.begin(), row.end(), rows.begin() + n * rb);
     kiln::pack_rows(t, rows.data(), rb, packed.data(), K, N);
-    const auto& pk = *kiln::cpu::packed_kernels(t);
-    const int pairs = precise ? 2 : 1;
-    std::vector<uint8_t> xq(kiln::cpu::act_bytes(K, M * pairs));
+    // The kernels and activation format of the mode (F16/BF16: BF16 fast, F32 precise).
+    const kiln::cpu::PackedPlan plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t), K, precise);
+    const auto& pk = *plan.k;
+    const int pairs = plan.pairs;
+    std::vector<uint8_t> xq(kiln::cpu::packed_act_bytes(*kiln::cpu::packed_kernels(t), K, M, precise));
     std::vector<float> x(K * M);
     for (auto& v : x) v = nd(rng);
     for (int64_t m = 0; m < M; ++m) {
         const int64_t a = m * pairs;
-        pk.quantize_act(x.data() + m * K, K, pk.offset, xq.data() + (a / kiln::cpu::kActTile) * kiln::cpu::act_tile_bytes(K),
-                        static_cast<int>(a % kiln::cpu::kActTile), precise);
+        pk.quantize_act(x.data() + m * K, K, pk.offset, xq.data() + (a / kiln::cpu::kActTile) * plan.tile_bytes,
+                        static_cast<int>(a % kiln::cpu::kActTile), pairs == 2);
     }
     std::vector<float> y(N * M);
     const kiln::cpu::GemmTask task{.K = K, .w = packed.data(), .w_group_bytes = rb * kiln::kPackRows, .n_groups = N / kiln::kPackRows,
@@ -54,12 +56,24 @@ void BM_PackedGemm(benchmark::State& state, Type t) {
 
 void args(benchmark::internal::Benchmark* b) {
     b->ArgNames({"M", "precise"});
-    for (int64_t m : {1, 2, 8, 128}) b->Args({m, 0});
+    for (int64_t m : {1, 2, 8, 128, 512}) b->Args({m, 0});
     b->Args({1, 1});
+}
+
+// F16/BF16: both modes at every size (precise = F32 products, fast = BF16).
+void float_args(benchmark::internal::Benchmark* b) {
+    b->ArgNames({"M", "precise"});
+    for (int64_t p : {0, 1}) {
+        for (int64_t m : {1, 2, 8, 128}) b->Args({m, p});
+    }
 }
 
 BENCHMARK_CAPTURE(BM_PackedGemm, q4_0, Type::Q4_0)->Apply(args);
 BENCHMARK_CAPTURE(BM_PackedGemm, q8_0, Type::Q8_0)->Apply(args);
+BENCHMARK_CAPTURE(BM_PackedGemm, f16, Type::F16)->Apply(float_args);
+BENCHMARK_CAPTURE(BM_PackedGemm, bf16, Type::BF16)->Apply(float_args);
+BENCHMARK_CAPTURE(BM_PackedGemm, q4_K, Type::Q4_K)->Apply(args);
+BENCHMARK_CAPTURE(BM_PackedGemm, q6_K, Type::Q6_K)->Apply(args);
 
 }  // namespace
 

@@ -64,14 +64,15 @@ std::vector<Isa> packed_isas(Type t) {
 // y[m][n] through the packed kernels of one instruction set.
 std::vector<float> run_gemm(Type t, Isa isa, const Weights& w, const std::vector<float>& x, int64_t K, int64_t N, int64_t M,
                             bool precise) {
-    const kiln::cpu::PackedKernels& pk = *kiln::cpu::packed_kernels(t, isa);
-    const size_t tb = kiln::cpu::act_tile_bytes(K);
-    const int pairs = precise ? 2 : 1;
-    std::vector<uint8_t> xq(kiln::cpu::act_bytes(K, M * pairs));
+    const kiln::cpu::PackedPlan plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t, isa), K, precise);
+    const kiln::cpu::PackedKernels& pk = *plan.k;
+    const size_t tb = plan.tile_bytes;
+    const int pairs = plan.pairs;
+    std::vector<uint8_t> xq(kiln::cpu::packed_act_bytes(*kiln::cpu::packed_kernels(t, isa), K, M, precise));
     for (int64_t m = 0; m < M; ++m) {
         const int64_t a = m * pairs;
         pk.quantize_act(x.data() + m * K, K, pk.offset, xq.data() + (a / kiln::cpu::kActTile) * tb,
-                        static_cast<int>(a % kiln::cpu::kActTile), precise);
+                        static_cast<int>(a % kiln::cpu::kActTile), pairs == 2);
     }
     const int64_t y_stride = N + 5;  // strided output rows
     std::vector<float> y(static_cast<size_t>(y_stride * M), -1.0f);
@@ -89,11 +90,29 @@ std::vector<float> run_gemm(Type t, Isa isa, const Weights& w, const std::vector
     return out;
 }
 
+// Relative error allowed against the double product of the dequantized weights.
+double tolerance(Type t, bool precise) {
+    if (t == Type::F16 || t == Type::BF16) {
+        // fast: weights and activations rounded to BF16 (8-bit mantissas, ~0.3%); precise:
+        // exact products, float sums.
+        return precise ? 1e-5 : 6e-3;
+    }
+    // 8-bit activations: ~0.5% relative error; with the residual pass ~16 bits.
+    return precise ? 2e-4 : 1.5e-2;
+}
+
+// Row lengths to test: the given ones for 32-element blocks; K-quants (256-element
+// super-blocks) take 1, 3 and 8 super-blocks instead.
+std::vector<int64_t> test_ks(Type t, std::initializer_list<int64_t> ks) {
+    if (kiln::traits(t).block_size != kiln::QK_K) return ks;
+    return {256, 768, 2048};
+}
+
 class PackedGemm : public ::testing::TestWithParam<Type> {};
 
 TEST_P(PackedGemm, RepackIsLossless) {
     const Type t = GetParam();
-    for (int64_t K : {32, 96, 256}) {
+    for (int64_t K : test_ks(t, {32, 96, 256})) {
         const int64_t N = 48;
         Weights w = make_weights(t, K, N, 7);
         const size_t rb = kiln::row_size(t, K);
@@ -109,7 +128,7 @@ TEST_P(PackedGemm, RepackIsLossless) {
 
 TEST_P(PackedGemm, MatchesDoubleReferenceOnEveryIsa) {
     const Type t = GetParam();
-    for (int64_t K : {32, 160, 2048}) {
+    for (int64_t K : test_ks(t, {32, 160, 2048})) {
         const int64_t N = 48;
         const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K));
         for (int64_t M : {1, 2, 3, 8, 9, 17}) {
@@ -131,8 +150,7 @@ TEST_P(PackedGemm, MatchesDoubleReferenceOnEveryIsa) {
                     }
                     const double rel = std::sqrt(err / norm), rel_isa = std::sqrt(err_isa / norm);
                     const char* name = kiln::cpu::isa_name(isa).data();
-                    // 8-bit activations: ~0.5% relative error; with the residual pass ~16 bits.
-                    EXPECT_LT(rel, precise ? 2e-4 : 1.5e-2) << name << " K " << K << " M " << M << " precise " << precise;
+                    EXPECT_LT(rel, tolerance(t, precise)) << name << " K " << K << " M " << M << " precise " << precise;
                     EXPECT_LT(rel_isa, 1e-5) << name << " vs scalar, K " << K << " M " << M;
                 }
             }
@@ -144,19 +162,32 @@ TEST_P(PackedGemm, ActivationQuantizationIsIdenticalAcrossIsas) {
     const Type t = GetParam();
     const int64_t K = 256;
     const std::vector<float> x = make_acts(K, 1, 5);
-    const size_t tb = kiln::cpu::act_tile_bytes(K);
-    std::vector<uint8_t> ref(tb, 0), got(tb, 0);
-    const auto& pks = *kiln::cpu::packed_kernels(t, Isa::Scalar);
-    for (int col : {0, 2, 6}) pks.quantize_act(x.data(), K, pks.offset, ref.data(), col, true);
-    for (Isa isa : packed_isas(t)) {
-        std::fill(got.begin(), got.end(), 0);
-        const auto& pk = *kiln::cpu::packed_kernels(t, isa);
-        for (int col : {0, 2, 6}) pk.quantize_act(x.data(), K, pk.offset, got.data(), col, true);
-        EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), tb)) << kiln::cpu::isa_name(isa);
+    for (bool precise : {false, true}) {
+        const auto plan_s = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t, Isa::Scalar), K, precise);
+        const size_t tb = plan_s.tile_bytes;
+        std::vector<uint8_t> ref(tb, 0), got(tb, 0);
+        const auto& pks = *plan_s.k;
+        for (int col : {0, 2, 6}) pks.quantize_act(x.data(), K, pks.offset, ref.data(), col, plan_s.pairs == 2);
+        for (Isa isa : packed_isas(t)) {
+            std::fill(got.begin(), got.end(), 0);
+            const auto plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t, isa), K, precise);
+            ASSERT_EQ(plan.tile_bytes, tb);
+            for (int col : {0, 2, 6}) plan.k->quantize_act(x.data(), K, plan.k->offset, got.data(), col, plan.pairs == 2);
+            EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), tb)) << kiln::cpu::isa_name(isa) << " precise " << precise;
+        }
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, PackedGemm, ::testing::Values(Type::Q4_0, Type::Q8_0),
+// The 16-bit float layouts pack blocks of 32 columns.
+TEST(PackedGemmFloat, NeedsWholeBlocksOfColumns) {
+    for (Type t : {Type::F16, Type::BF16}) {
+        EXPECT_TRUE(kiln::can_pack(t, 64, 32));
+        EXPECT_FALSE(kiln::can_pack(t, 48, 32));
+        EXPECT_EQ(kiln::packed_size(t, 64, 32), kiln::row_size(t, 64) * 32);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, PackedGemm, ::testing::Values(Type::Q4_0, Type::Q8_0, Type::F16, Type::BF16, Type::Q4_K, Type::Q6_K),
                          [](const auto& p) { return std::string(kiln::type_name(p.param)); });
 
 }  // namespace

@@ -189,6 +189,34 @@ struct block_q8_0x16 {
 };
 static_assert(sizeof(block_q8_0x16) == kPackRows * sizeof(block_q8_0), "block_q8_0x16 size");
 
+// The K-quant layouts interleave every per-row byte array the same way: byte j of row r
+// goes to 64 * (j / 4) + 4 * r + j % 4, so one 64-byte load is dword j / 4 of all 16 rows
+// (one 32-bit lane per row). Quants stay unsigned as in the source (the kernels handle the
+// offsets); scales stay in their packed integer form, so sizes equal the source's.
+constexpr size_t interleaved_offset(int j, int r) { return static_cast<size_t>(64 * (j / 4) + 4 * r + j % 4); }
+
+// 16 rows of block_q4_K: d, dmin per row; scales = the rows' 12 scale bytes interleaved
+// (dword k of row r at 64 k + 4 r); qs = the rows' 128 quant bytes interleaved. Dword c of
+// sub-block pair i (qs bytes 32 i + 4 c ..) holds elements 64 i + 4 c .. + 3 in its low
+// nibbles and 64 i + 32 + 4 c .. + 3 in its high nibbles.
+struct block_q4_Kx16 {
+    fp16_t d[kPackRows];
+    fp16_t dmin[kPackRows];
+    uint8_t scales[kPackRows * K_SCALE_SIZE];
+    uint8_t qs[kPackRows * QK_K / 2];
+};
+static_assert(sizeof(block_q4_Kx16) == kPackRows * sizeof(block_q4_K), "block_q4_Kx16 size");
+
+// 16 rows of block_q6_K, each byte array interleaved as above; the quants first so that
+// the big loads of every other group are 64-byte aligned.
+struct block_q6_Kx16 {
+    uint8_t ql[kPackRows * QK_K / 2];
+    uint8_t qh[kPackRows * QK_K / 4];
+    int8_t scales[kPackRows * QK_K / 16];
+    fp16_t d[kPackRows];
+};
+static_assert(sizeof(block_q6_Kx16) == kPackRows * sizeof(block_q6_K), "block_q6_Kx16 size");
+
 // 16 rows x 32 columns of F16 (or BF16: same arrangement, bf16_t values). Chunk c (0..15)
 // holds elements 2c and 2c+1 of row r at v[32 c + 2 r], v[32 c + 2 r + 1]: one 64-byte
 // load is 16 rows x 2 consecutive elements, the operand of a BF16 pair dot product

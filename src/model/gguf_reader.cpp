@@ -126,8 +126,10 @@ std::string win_error_text(DWORD err) {
 
 void Storage::load(const std::string& path, bool try_mmap) {
     const std::wstring wpath = widen(path);
-    HANDLE file = CreateFileW(wpath.c_str(), GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING,
-                              FILE_ATTRIBUTE_NORMAL, nullptr);
+    // FILE_SHARE_DELETE: as on POSIX, a model that is open (even mapped) can still be renamed,
+    // deleted or replaced by a writer's rename-into-place; the mapping keeps the old contents.
+    HANDLE file = CreateFileW(wpath.c_str(), GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, nullptr,
+                              OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
     if (file == INVALID_HANDLE_VALUE) throw Error(path + ": cannot open: " + win_error_text(GetLastError()));
     struct Closer {
         HANDLE h;

@@ -97,23 +97,6 @@ float* aligned_base(uint8_t* scratch) {
     return reinterpret_cast<float*>(scratch + ((64 - a % 64) % 64));
 }
 
-// Asks for the next key block's K and V rows while this one is computed: one KV head's rows are
-// strided by the other heads' (n_head_kv rows apart), which hardware prefetchers follow poorly.
-void prefetch_rows([[maybe_unused]] const Tensor& k, [[maybe_unused]] const Tensor& v, [[maybe_unused]] int64_t hk,
-                   [[maybe_unused]] int64_t c0, [[maybe_unused]] int64_t n) {
-#if defined(__GNUC__) || defined(__clang__)
-    const size_t kb = row_size(k.type, k.ne[0]), vb = row_size(v.type, v.ne[0]);
-    for (int64_t i = 0; i < n; ++i) {
-        const uint8_t* kr = k.row(hk, c0 + i);
-        const uint8_t* vr = v.row(hk, c0 + i);
-        for (size_t o = 0; o < kb; o += 64) __builtin_prefetch(kr + o);
-        for (size_t o = 0; o < vb; o += 64) __builtin_prefetch(vr + o);
-        __builtin_prefetch(kr + kb - 1);  // rows need not start on a cache line
-        __builtin_prefetch(vr + vb - 1);
-    }
-#endif
-}
-
 // One item: query block qb against KV head hk over key range `split`. Writes the normalized output
 // rows, or (n_split > 1) the unnormalized partial O with its running max and sum.
 void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, float* partial,
@@ -179,7 +162,6 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
         if (tt_hi < 0) continue;
         const int64_t r0 = tt_lo * n_rep, Mb = (tt_hi + 1 - tt_lo) * n_rep;
 
-        if (c1 < last) prefetch_rows(k, v, hk, c1, std::min(bk, last - c1));
         const uint8_t* krows = k.row(hk, c0);
         if (p.staged) {
             for (int64_t i = 0; i < nk; ++i) dequantize_row(k.type, krows + i * k.nb[2], stage + i * hd, hd);

@@ -57,7 +57,7 @@ size_t scratch_bytes(const Tensor& node, int nth, bool precise) {
     switch (node.op) {
         case Op::MulMat: {
             if (node.src[0]->layout == Layout::Packed16) {
-                return act_bytes(node.src[1]->ne[0], node.src[1]->nrows() * (precise ? 2 : 1));
+                return packed_act_bytes(*packed_kernels(node.src[0]->type), node.src[1]->ne[0], node.src[1]->nrows(), precise);
             }
             if (!needs_conversion(node)) return 0;
             const Type vt = kernels(node.src[0]->type).vec_dot_type;
@@ -76,15 +76,17 @@ size_t scratch_bytes(const Tensor& node, int nth, bool precise) {
 namespace {
 
 // Weights in a packed layout: activations become q8 rows (two per row in precise mode: the
-// row and its quantization residual, summed by the kernel), then each thread computes its
+// row and its quantization residual, summed by the kernel; F16/BF16 weights: BF16 or F32
+// rows, see packed_plan), then each thread computes its
 // share of the 16-row weight groups against all activation rows.
 void mul_mat_packed(const Tensor& t, ComputeContext& ctx) {
     const Tensor& w = *t.src[0];  // [K, N] packed
     const Tensor& x = *t.src[1];  // [K, M...] F32
-    const PackedKernels& pk = *packed_kernels(w.type);
     const int64_t K = w.ne[0], N = w.ne[1], M = x.nrows();
-    const size_t tile_bytes = act_tile_bytes(K);
-    const int pairs = ctx.precise ? 2 : 1;
+    const PackedPlan plan = packed_plan(*packed_kernels(w.type), K, ctx.precise);  // kernels + activation format of this mode
+    const PackedKernels& pk = *plan.k;
+    const size_t tile_bytes = plan.tile_bytes;
+    const int pairs = plan.pairs;
     int64_t r0, r1;
     split_rows(M, ctx.ith, ctx.nth, r0, r1);
     for (int64_t r = r0; r < r1; ++r) {

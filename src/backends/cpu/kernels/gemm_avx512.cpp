@@ -165,12 +165,18 @@ void gemm(const GemmTask& t) {
     const int64_t nb = t.K / 32;
     const int64_t rows = t.M * t.pairs;
     const size_t tile_bytes = act_tile_bytes(t.K);
-    for (int64_t g = 0; g < t.n_groups; ++g) {
-        const uint8_t* wg = t.w + g * t.w_group_bytes;
-        for (int64_t r0 = 0; r0 < rows; r0 += kActTile) {
-            const int nc = static_cast<int>(std::min<int64_t>(kActTile, rows - r0));
-            Tiles<kQ4>::fn[t.pairs - 1][nc - 1](wg, nb, t.x + (r0 / kActTile) * tile_bytes,
-                                                t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows, t.y_stride);
+    // Activation tiles are re-read for every weight group: take them in slices that stay in
+    // L2 (about 1 MiB), and stream the weights once per slice.
+    const int64_t slice = std::max<int64_t>(1, static_cast<int64_t>((size_t{1} << 20) / tile_bytes)) * kActTile;
+    for (int64_t s0 = 0; s0 < rows; s0 += slice) {
+        const int64_t s1 = std::min(rows, s0 + slice);
+        for (int64_t g = 0; g < t.n_groups; ++g) {
+            const uint8_t* wg = t.w + g * t.w_group_bytes;
+            for (int64_t r0 = s0; r0 < s1; r0 += kActTile) {
+                const int nc = static_cast<int>(std::min<int64_t>(kActTile, s1 - r0));
+                Tiles<kQ4>::fn[t.pairs - 1][nc - 1](wg, nb, t.x + (r0 / kActTile) * tile_bytes,
+                                                    t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows, t.y_stride);
+            }
         }
     }
 }

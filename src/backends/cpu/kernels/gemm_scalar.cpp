@@ -98,6 +98,8 @@ const PackedKernels* packed_scalar(Type t) {
         case Type::Q8_0: return &kQ8_0;
         case Type::F16:
         case Type::BF16: return packed_float_scalar(t);
+        case Type::Q4_K:
+        case Type::Q6_K: return packed_kquants_scalar(t);
         default: return nullptr;
     }
 }
@@ -108,6 +110,7 @@ const PackedKernels* packed_kernels(Type t, Isa isa) {
     if (isa == Isa::Avx512) {
         if (const PackedKernels* k = detail::packed_avx512(t, cpu_features())) return k;
         if (const PackedKernels* k = detail::packed_float_avx512(t, cpu_features())) return k;
+        if (const PackedKernels* k = detail::packed_kquants_avx512(t, cpu_features())) return k;
     }
 #endif
     (void)isa;
@@ -117,7 +120,8 @@ const PackedKernels* packed_kernels(Type t, Isa isa) {
 bool packed_accelerated(Type t, Isa isa) {
 #if defined(KILN_ARCH_X86)
     if (isa == Isa::Avx512) {
-        return detail::packed_avx512(t, cpu_features()) != nullptr || detail::packed_float_avx512(t, cpu_features()) != nullptr;
+        return detail::packed_avx512(t, cpu_features()) != nullptr || detail::packed_float_avx512(t, cpu_features()) != nullptr ||
+               detail::packed_kquants_avx512(t, cpu_features()) != nullptr;
     }
 #endif
     (void)t;

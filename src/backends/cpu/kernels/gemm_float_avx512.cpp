@@ -1,0 +1,306 @@
+// AVX-512 packed GEMM kernels (gemm_float.h) for F16 and BF16 weights (needs AVX512_BF16).
+//
+// Fast mode (BF16): a 512-bit register holds one 32-bit lane per weight row of a 16-row
+// group, two consecutive elements per lane; vdpbf16ps multiplies it with the same two
+// elements of one activation row broadcast to every lane (32 multiply-adds). F16 weights
+// are rounded to BF16 (vcvtph2ps + vcvtne2ps2bf16) once per 64-byte chunk:
+//   - one activation tile (M <= 8, generation in fast mode): in registers, straight from
+//     memory;
+//   - more (prompt processing): a slab of kSlab blocks of two groups is converted into a
+//     16 KiB buffer that stays in L1 and is reused by every activation tile, so the
+//     conversion costs ~1/(M/8) of what it would per tile.
+// The register tile is 2 groups x 8 activation rows (16 accumulators): every broadcast
+// feeds two vdpbf16ps, every weight load eight.
+//
+// Precise mode (F32): weights widen to float exactly (vcvtph2ps for F16, a 16-bit shift
+// for BF16) and meet F32 activations in FMAs. F16 lanes after widening alternate (row r,
+// element 2c) and (row r, element 2c+1), so the activation pair is broadcast as 64 bits
+// and the two halves are summed at the end; BF16 splits into even and odd elements of all
+// 16 rows instead. Generation is bound by memory bandwidth either way.
+#include <immintrin.h>
+
+// GCC 12's AVX-512 headers trigger -Wmaybe-uninitialized on their own intrinsics
+// (_mm512_undefined_* inside cvtph/cvtne2ps); the code here initialises everything.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "backends/cpu/kernels/gemm_float.h"
+
+#if defined(__AVX512BF16__)
+
+namespace kiln::cpu {
+namespace {
+
+using namespace float_gemm;
+
+inline __m512bh as_bh(__m512i v) { return std::bit_cast<__m512bh>(v); }
+inline __m512i as_si(__m512bh v) { return std::bit_cast<__m512i>(v); }
+inline int32_t load32(const uint8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+inline double load64(const float* p) {
+    double v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// One 64-byte F16 chunk (16 rows x 2 elements) rounded to BF16, lane order unchanged.
+inline __m512bh f16_chunk_to_bf16(const uint8_t* p) {
+    const __m512 lo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512 hi = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    return _mm512_cvtne2ps_pbh(hi, lo);
+}
+
+// ---- activations ----
+
+// Fast: column col of a BF16 tile (vcvtne2ps2bf16: round to nearest even, as the scalar
+// reference). Precise mode uses the F32 format, so with_resid is never set.
+void act_bf16(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
+    for (int64_t b = 0; b < K / kPackCols16; ++b) {
+        const __m512 lo = _mm512_loadu_ps(x + b * kPackCols16);
+        const __m512 hi = _mm512_loadu_ps(x + b * kPackCols16 + 16);
+        _mm512_storeu_si512(tile + b * kBf16BlockBytes + col * kBf16RowBytes, as_si(_mm512_cvtne2ps_pbh(hi, lo)));
+    }
+}
+
+void act_f32(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
+    for (int64_t b = 0; b < K / kPackCols16; ++b) {
+        uint8_t* out = tile + b * kF32BlockBytes + col * kF32RowBytes;
+        _mm512_storeu_ps(out, _mm512_loadu_ps(x + b * kPackCols16));
+        _mm512_storeu_ps(out + 64, _mm512_loadu_ps(x + b * kPackCols16 + 16));
+    }
+}
+
+constexpr size_t kPrefetchBytes = 2048;  // how far ahead single-tile kernels prefetch weights
+constexpr int64_t kSlab = 8;             // blocks of 32 columns per converted slab (2 x 8 KiB)
+
+inline void prefetch_block(const uint8_t* p) {
+#pragma GCC unroll 16
+    for (size_t off = 0; off < kWBlockBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + off), _MM_HINT_T0);
+}
+
+// ---- fast (BF16) ----
+
+// NG groups (wg_stride bytes apart, BF16 unless kCvt: F16) x NC activation rows of one
+// BF16 tile, over nblk blocks of 32 columns. Writes y[j * y_stride + 16 g + r], or adds to
+// it (add: a later slab of the same outputs).
+template <bool kCvt, bool kPrefetch, int NG, int NC>
+void fast_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const uint8_t* xt, float* y, int64_t y_stride, bool add) {
+    __m512 acc[NG][NC];
+#pragma GCC unroll 16
+    for (int g = 0; g < NG; ++g) {
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) acc[g][j] = _mm512_setzero_ps();
+    }
+#pragma GCC unroll 1
+    for (int64_t b = 0; b < nblk; ++b) {
+        const uint8_t* wb = w + b * kWBlockBytes;
+        const uint8_t* xb = xt + b * kBf16BlockBytes;
+        if constexpr (kPrefetch) {
+#pragma GCC unroll 2
+            for (int g = 0; g < NG; ++g) prefetch_block(wb + g * wg_stride);
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < kPackCols16 / 2; ++i) {
+            __m512bh wv[NG];
+#pragma GCC unroll 2
+            for (int g = 0; g < NG; ++g) {
+                const uint8_t* p = wb + g * wg_stride + 64 * i;
+                if constexpr (kCvt) {
+                    wv[g] = f16_chunk_to_bf16(p);
+                } else {
+                    wv[g] = as_bh(_mm512_loadu_si512(p));
+                }
+            }
+#pragma GCC unroll 8
+            for (int j = 0; j < NC; ++j) {
+                const __m512bh xv = as_bh(_mm512_set1_epi32(load32(xb + j * kBf16RowBytes + 4 * i)));
+#pragma GCC unroll 2
+                for (int g = 0; g < NG; ++g) acc[g][j] = _mm512_dpbf16_ps(acc[g][j], wv[g], xv);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < NG; ++g) {
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            float* out = y + j * y_stride + g * kPackRows;
+            _mm512_storeu_ps(out, add ? _mm512_add_ps(_mm512_loadu_ps(out), acc[g][j]) : acc[g][j]);
+        }
+    }
+}
+
+using FastFn = void (*)(const uint8_t*, size_t, int64_t, const uint8_t*, float*, int64_t, bool);
+
+template <bool kCvt, bool kPrefetch>
+struct FastTiles {
+    template <int NG>
+    static constexpr FastFn row[kActTile] = {fast_tile<kCvt, kPrefetch, NG, 1>, fast_tile<kCvt, kPrefetch, NG, 2>,
+                                             fast_tile<kCvt, kPrefetch, NG, 3>, fast_tile<kCvt, kPrefetch, NG, 4>,
+                                             fast_tile<kCvt, kPrefetch, NG, 5>, fast_tile<kCvt, kPrefetch, NG, 6>,
+                                             fast_tile<kCvt, kPrefetch, NG, 7>, fast_tile<kCvt, kPrefetch, NG, 8>};
+    static FastFn get(int ng, int nc) { return ng == 2 ? row<2>[nc - 1] : row<1>[nc - 1]; }
+};
+
+template <Type T>
+void gemm_fast(const GemmTask& t) {
+    constexpr bool kF16 = T == Type::F16;
+    const int64_t nb = t.K / kPackCols16;
+    const size_t tile_bytes = bf16_tile_bytes(t.K);
+    const bool one_tile = t.M <= kActTile;
+    alignas(64) uint8_t buf[2][kSlab * kWBlockBytes];  // F16 slabs converted to BF16
+    for (int64_t g = 0; g < t.n_groups; g += 2) {
+        const int ng = static_cast<int>(std::min<int64_t>(2, t.n_groups - g));
+        const uint8_t* wg = t.w + g * t.w_group_bytes;
+        float* yg = t.y + g * kPackRows;
+        if (one_tile) {  // generation: weights stream from memory once, converted in registers
+            FastTiles<kF16, true>::get(ng, static_cast<int>(t.M))(wg, t.w_group_bytes, nb, t.x, yg, t.y_stride, false);
+            continue;
+        }
+        for (int64_t b0 = 0; b0 < nb; b0 += kSlab) {
+            const int64_t nbs = std::min(kSlab, nb - b0);
+            const uint8_t* ws = wg + b0 * kWBlockBytes;
+            size_t ws_stride = t.w_group_bytes;
+            if constexpr (kF16) {
+                for (int gi = 0; gi < ng; ++gi) {
+                    const uint8_t* src = ws + gi * t.w_group_bytes;
+                    for (int64_t c = 0; c < nbs * kPackCols16 / 2; ++c) {
+                        _mm512_store_si512(buf[gi] + 64 * c, as_si(f16_chunk_to_bf16(src + 64 * c)));
+                    }
+                }
+                ws = buf[0];
+                ws_stride = sizeof buf[0];
+            }
+            for (int64_t m0 = 0; m0 < t.M; m0 += kActTile) {
+                const int nc = static_cast<int>(std::min<int64_t>(kActTile, t.M - m0));
+                FastTiles<false, false>::get(ng, nc)(ws, ws_stride, nbs, t.x + (m0 / kActTile) * tile_bytes + b0 * kBf16BlockBytes,
+                                                     yg + m0 * t.y_stride, t.y_stride, b0 > 0);
+            }
+        }
+    }
+}
+
+// ---- precise (F32) ----
+
+// Widens one 64-byte chunk to two float registers (see the file comment for the lanes).
+template <Type T>
+inline void widen(const uint8_t* p, __m512& a, __m512& b) {
+    if constexpr (T == Type::F16) {
+        a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));       // rows 0-7, pairs
+        b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));  // rows 8-15, pairs
+    } else {
+        const __m512i v = _mm512_loadu_si512(p);
+        a = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));                              // even elements
+        b = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int32_t(0xFFFF0000u))));  // odd elements
+    }
+}
+
+// One group x NC rows of an F32 tile; S independent accumulator sets (chunks alternate
+// between them) so that a single row's FMA chain does not wait on latency.
+template <Type T, int NC, int S>
+void precise_tile(const uint8_t* w, int64_t nblk, const uint8_t* xt, float* y, int64_t y_stride) {
+    __m512 a[S][NC], b[S][NC];
+#pragma GCC unroll 2
+    for (int s = 0; s < S; ++s) {
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) a[s][j] = b[s][j] = _mm512_setzero_ps();
+    }
+#pragma GCC unroll 1
+    for (int64_t blk = 0; blk < nblk; ++blk) {
+        const uint8_t* wb = w + blk * kWBlockBytes;
+        const uint8_t* xb = xt + blk * kF32BlockBytes;
+        if constexpr (NC <= 2) prefetch_block(wb);
+#pragma GCC unroll 16
+        for (int i = 0; i < kPackCols16 / 2; ++i) {
+            const int s = i % S;
+            __m512 wa, wb2;
+            widen<T>(wb + 64 * i, wa, wb2);
+#pragma GCC unroll 8
+            for (int j = 0; j < NC; ++j) {
+                const float* xp = reinterpret_cast<const float*>(xb + j * kF32RowBytes) + 2 * i;
+                if constexpr (T == Type::F16) {
+                    const __m512 xv = _mm512_castpd_ps(_mm512_set1_pd(load64(xp)));  // x[2i], x[2i+1], ...
+                    a[s][j] = _mm512_fmadd_ps(wa, xv, a[s][j]);
+                    b[s][j] = _mm512_fmadd_ps(wb2, xv, b[s][j]);
+                } else {
+                    a[s][j] = _mm512_fmadd_ps(wa, _mm512_set1_ps(xp[0]), a[s][j]);
+                    b[s][j] = _mm512_fmadd_ps(wb2, _mm512_set1_ps(xp[1]), b[s][j]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) {
+        __m512 lo = a[0][j], hi = b[0][j];
+        if constexpr (S == 2) {
+            lo = _mm512_add_ps(lo, a[1][j]);
+            hi = _mm512_add_ps(hi, b[1][j]);
+        }
+        __m512 out;
+        if constexpr (T == Type::F16) {  // lane 2r + e of (lo | hi) is row r, element parity e
+            const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+            out = _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi));
+        } else {
+            out = _mm512_add_ps(lo, hi);
+        }
+        _mm512_storeu_ps(y + j * y_stride, out);
+    }
+}
+
+using PreciseFn = void (*)(const uint8_t*, int64_t, const uint8_t*, float*, int64_t);
+
+template <Type T>
+constexpr PreciseFn kPreciseTiles[kActTile] = {precise_tile<T, 1, 2>, precise_tile<T, 2, 2>, precise_tile<T, 3, 1>, precise_tile<T, 4, 1>,
+                                               precise_tile<T, 5, 1>, precise_tile<T, 6, 1>, precise_tile<T, 7, 1>, precise_tile<T, 8, 1>};
+
+template <Type T>
+void gemm_precise(const GemmTask& t) {
+    const int64_t nb = t.K / kPackCols16;
+    const size_t tile_bytes = f32_tile_bytes(t.K);
+    for (int64_t g = 0; g < t.n_groups; ++g) {
+        const uint8_t* wg = t.w + g * t.w_group_bytes;
+        for (int64_t m0 = 0; m0 < t.M; m0 += kActTile) {
+            const int nc = static_cast<int>(std::min<int64_t>(kActTile, t.M - m0));
+            kPreciseTiles<T>[nc - 1](wg, nb, t.x + (m0 / kActTile) * tile_bytes, t.y + m0 * t.y_stride + g * kPackRows, t.y_stride);
+        }
+    }
+}
+
+constexpr PackedKernels kF16Precise{.offset = 0, .quantize_act = act_f32, .gemm = gemm_precise<Type::F16>, .tile_bytes = f32_tile_bytes};
+constexpr PackedKernels kF16{.offset = 0, .quantize_act = act_bf16, .gemm = gemm_fast<Type::F16>, .tile_bytes = bf16_tile_bytes,
+                             .precise = &kF16Precise};
+constexpr PackedKernels kBF16Precise{.offset = 0, .quantize_act = act_f32, .gemm = gemm_precise<Type::BF16>, .tile_bytes = f32_tile_bytes};
+constexpr PackedKernels kBF16{.offset = 0, .quantize_act = act_bf16, .gemm = gemm_fast<Type::BF16>, .tile_bytes = bf16_tile_bytes,
+                              .precise = &kBF16Precise};
+
+}  // namespace
+
+namespace detail {
+const PackedKernels* packed_float_avx512(Type t, const CpuFeatures& f) {
+    if (!f.avx512bf16) return nullptr;
+    switch (t) {
+        case Type::F16: return &kF16;
+        case Type::BF16: return &kBF16;
+        default: return nullptr;
+    }
+}
+}  // namespace detail
+
+}  // namespace kiln::cpu
+
+#else  // compilers without AVX512_BF16 intrinsics (MSVC): no packed float kernels
+
+namespace kiln::cpu::detail {
+const PackedKernels* packed_float_avx512(Type, const CpuFeatures&) { return nullptr; }
+}  // namespace kiln::cpu::detail
+
+#endif

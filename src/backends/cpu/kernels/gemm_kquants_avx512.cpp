@@ -1,0 +1,283 @@
+// AVX-512 VNNI packed GEMM kernels (gemm.h) for Q4_K and Q6_K weights.
+//
+// As for q4_0 (gemm_avx512.cpp), a 512-bit register holds one 32-bit lane per weight row of
+// a 16-row group, and vpdpbusd multiplies 4 unsigned weight quants of every row with 4
+// signed activation quants broadcast from the tile. The K-quants add per-row sub-block
+// scales: they are unpacked (integer byte shuffles) and turned into float vectors d * sc
+// once per super-block for the whole activation tile, so per 32-element activation block
+// and activation row the cost over the 8 vpdpbusd is:
+//   Q4_K: int->float, x activation d, FMA with d * sc, FMA of the min term (4 ops);
+//   Q6_K: two 16-element sub-blocks, each starting from -32 * (sum of its activation quants)
+//         (one vpmaddwd) and ending in int->float, x activation d, FMA (8 ops).
+// Activation tiles: see gemm_kquants_scalar.cpp (the third field of a block).
+#include <immintrin.h>
+
+// GCC 12's AVX-512 headers trigger -Wmaybe-uninitialized on their own intrinsics
+// (_mm512_undefined_* inside cvtph/cvtepi32); the code here initialises everything.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/kernels/gemm.h"
+#include "backends/cpu/kernels/gemm_kquants.h"
+#include "core/quant_blocks.h"
+
+namespace kiln::cpu {
+namespace {
+
+// Horizontal max / sum (GCC 12's _mm512_reduce_* trip -Wmaybe-uninitialized).
+inline float hmax(__m512 v) {
+    __m256 a = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_max_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_max_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+inline int32_t hsum(__m512i v) {
+    __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti32x8_epi32(v, 1));
+    __m128i b = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0x4E));
+    b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0xB1));
+    return _mm_cvtsi128_si32(b);
+}
+
+// Quantizes 32 floats (v0, v1) into column col of a tile block with the aux field of kind;
+// rounding as the scalar reference (x * (1/d), round to nearest even), so both produce
+// identical tiles.
+inline void quantize32(__m512 v0, __m512 v1, uint8_t* blk, int col, KQuantAct kind, __m512i& i0, __m512i& i1, float& d) {
+    const float amax = hmax(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    d = amax / 127.0f;
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    const __m512i lim = _mm512_set1_epi32(127);
+    const __m512i nlim = _mm512_set1_epi32(-127);
+    i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+    i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+    i0 = _mm512_max_epi32(_mm512_min_epi32(i0, lim), nlim);
+    i1 = _mm512_max_epi32(_mm512_min_epi32(i1, lim), nlim);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * col), _mm512_cvtepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * col + 16), _mm512_cvtepi32_epi8(i1));
+    reinterpret_cast<float*>(blk + 32 * kActTile)[col] = d;
+    const int32_t s0 = hsum(i0), s1 = hsum(i1);
+    uint8_t* aux = blk + 36 * kActTile + 4 * col;
+    if (kind == KQuantAct::Q4K) {
+        const float s = d * static_cast<float>(s0 + s1);
+        std::memcpy(aux, &s, 4);
+    } else {
+        const uint32_t pair = static_cast<uint16_t>(s0) | (static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16);
+        std::memcpy(aux, &pair, 4);
+    }
+}
+
+template <KQuantAct kKind>
+void quantize_act(const float* x, int64_t K, int32_t /*offset*/, uint8_t* tile, int col, bool with_resid) {
+    for (int64_t b = 0; b < K / 32; ++b) {
+        uint8_t* blk = tile + b * kActBlockBytes;
+        const __m512 v0 = _mm512_loadu_ps(x + 32 * b);
+        const __m512 v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        __m512i i0, i1;
+        float d;
+        quantize32(v0, v1, blk, col, kKind, i0, i1, d);
+        if (with_resid) {
+            const __m512 vd = _mm512_set1_ps(d);
+            const __m512 r0 = _mm512_sub_ps(v0, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i0)));
+            const __m512 r1 = _mm512_sub_ps(v1, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i1)));
+            __m512i j0, j1;
+            float d2;
+            quantize32(r0, r1, blk, col + 1, kKind, j0, j1, d2);
+        }
+    }
+}
+
+constexpr size_t kPrefetchBytes = 2048;  // how far ahead generation tiles prefetch weights
+
+template <size_t kBytes>
+inline void prefetch_ahead(const uint8_t* blk) {
+#pragma GCC unroll 64
+    for (size_t off = 0; off < kBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + off), _MM_HINT_T0);
+}
+
+// Byte t of every 32-bit lane, zero-extended (vpshufb: indices within each 128-bit lane).
+inline __m512i lane_byte(__m512i v, int t) {
+    const int base = static_cast<int>(0x80808000u) | t;
+    return _mm512_shuffle_epi8(v, _mm512_set4_epi32(base + 12, base + 8, base + 4, base));
+}
+// Byte t of every 32-bit lane, sign-extended.
+inline __m512i lane_byte_signed(__m512i v, int t) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * t), 24); }
+
+// Accumulates into sum[j] the dot products of activation row j of a tile block with weight
+// registers C0 .. C0 + NCH - 1 (register c = elements 4c..4c+3 of every weight row).
+template <int NC, int C0, int NCH>
+inline void dot_chunks(__m512i (&sum)[NC], const __m512i* w, const uint8_t* xb) {
+#pragma GCC unroll 8
+    for (int c = C0; c < C0 + NCH; ++c) {
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            const auto* xq = reinterpret_cast<const int32_t*>(xb + 32 * j);
+            sum[j] = _mm512_dpbusd_epi32(sum[j], w[c], _mm512_set1_epi32(xq[c]));
+        }
+    }
+}
+
+// ---- Q4_K ----
+// One group of 16 weight rows x the NC activation rows of one tile (NC / P outputs).
+template <int NC, int P>
+void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
+    constexpr int NO = NC / P;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[NO];
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
+        if constexpr (NC <= 2) prefetch_ahead<sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk));
+        // Scales and mins of sub-blocks 0-3 (byte t of each lane: sub-block t) and 4-7.
+        const __m512i A = _mm512_loadu_si512(blk->scales), B = _mm512_loadu_si512(blk->scales + 64),
+                      C = _mm512_loadu_si512(blk->scales + 128);
+        const __m512i sc_lo = _mm512_and_si512(A, m6), mn_lo = _mm512_and_si512(B, m6);
+        // 0xF8: a | (b & c)
+        const __m512i sc_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(C, m4), _mm512_srli_epi32(A, 2), m30, 0xF8);
+        const __m512i mn_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(C, 4), m4), _mm512_srli_epi32(B, 2), m30, 0xF8);
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->dmin)));
+        const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            const __m512 dsc = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte(j < 4 ? sc_lo : sc_hi, j % 4)), d);
+            const __m512 dmn = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte(j < 4 ? mn_lo : mn_hi, j % 4)), dmin);
+            const uint8_t* q = blk->qs + 512 * (j / 2);
+            __m512i w[8];
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; ++c) {
+                const __m512i v = _mm512_loadu_si512(q + 64 * c);
+                w[c] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, m4);
+            }
+            const uint8_t* xb = xs + j * kActBlockBytes;
+            const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
+            const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile);
+            __m512i sum[NC];
+#pragma GCC unroll 8
+            for (int k = 0; k < NC; ++k) sum[k] = _mm512_setzero_si512();
+            dot_chunks<NC, 0, 8>(sum, w, xb);
+#pragma GCC unroll 8
+            for (int k = 0; k < NC; ++k) {
+                const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(xd[k]));
+                acc[k / P] = _mm512_fmadd_ps(f, dsc, acc[k / P]);
+                acc[k / P] = _mm512_fnmadd_ps(dmn, _mm512_set1_ps(xsum[k]), acc[k / P]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
+}
+
+// ---- Q6_K ----
+template <int NC, int P>
+void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
+    constexpr int NO = NC / P;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    // vpmaddwd with these turns an activation block's (low, high) int16 quant sums into
+    // -32 * low or -32 * high: the offset of the weight quants of sub-block 2b or 2b + 1.
+    const __m512i off_lo = _mm512_set1_epi32(0x0000FFE0), off_hi = _mm512_set1_epi32(static_cast<int>(0xFFE00000u));
+    __m512 acc[NO];
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
+        if constexpr (NC <= 2) prefetch_ahead<sizeof(block_q6_Kx16)>(reinterpret_cast<const uint8_t*>(blk));
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
+        const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
+#pragma GCC unroll 8
+        for (int b = 0; b < 8; ++b) {  // activation block b: elements 32b.., sub-blocks 2b, 2b+1
+            const int h = b / 4, k = b % 4;
+            // Lane byte t of scales dword b/2 is sub-block 4 (b/2) + t.
+            const __m512i sv = _mm512_loadu_si512(blk->scales + 64 * (b / 2));
+            __m512i w[8];
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; ++c) {
+                const __m512i ql = _mm512_loadu_si512(blk->ql + 64 * (16 * h + 8 * (k % 2) + c));
+                const __m512i qh = _mm512_loadu_si512(blk->qh + 64 * (8 * h + c));
+                const __m512i lo = _mm512_and_si512(k < 2 ? ql : _mm512_srli_epi16(ql, 4), m4);
+                // bits 2k, 2k+1 of qh to bits 4, 5
+                const __m512i hs = k == 0 ? _mm512_slli_epi16(qh, 4) : k == 1 ? _mm512_slli_epi16(qh, 2) : k == 2 ? qh : _mm512_srli_epi16(qh, 2);
+                w[c] = _mm512_ternarylogic_epi32(lo, hs, m30, 0xF8);  // lo | (hs & 0x30)
+            }
+            const uint8_t* xb = xs + b * kActBlockBytes;
+            const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
+            const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile);
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; ++half) {
+                const __m512 dsc = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_signed(sv, 2 * (b % 2) + half)), d);
+                __m512i sum[NC];
+#pragma GCC unroll 8
+                for (int j = 0; j < NC; ++j) sum[j] = _mm512_madd_epi16(_mm512_set1_epi32(xsums[j]), half ? off_hi : off_lo);
+                if (half == 0) dot_chunks<NC, 0, 4>(sum, w, xb);
+                else dot_chunks<NC, 4, 4>(sum, w, xb);
+#pragma GCC unroll 8
+                for (int j = 0; j < NC; ++j) {
+                    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[j]), _mm512_set1_ps(xd[j]));
+                    acc[j / P] = _mm512_fmadd_ps(f, dsc, acc[j / P]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
+}
+
+using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, float*, int64_t);
+
+template <template <int, int> class T>
+struct Tiles {
+    // [pairs - 1][columns - 1]; odd column counts do not occur with pairs.
+    static constexpr TileFn fn[2][kActTile] = {
+        {T<1, 1>::f, T<2, 1>::f, T<3, 1>::f, T<4, 1>::f, T<5, 1>::f, T<6, 1>::f, T<7, 1>::f, T<8, 1>::f},
+        {nullptr, T<2, 2>::f, nullptr, T<4, 2>::f, nullptr, T<6, 2>::f, nullptr, T<8, 2>::f},
+    };
+};
+template <int NC, int P>
+struct Q4K {
+    static constexpr TileFn f = tile_q4_K<NC, P>;
+};
+template <int NC, int P>
+struct Q6K {
+    static constexpr TileFn f = tile_q6_K<NC, P>;
+};
+
+template <template <int, int> class T>
+void gemm(const GemmTask& t) {
+    const int64_t nsb = t.K / QK_K;
+    const int64_t rows = t.M * t.pairs;
+    const size_t tile_bytes = act_tile_bytes(t.K);
+    for (int64_t g = 0; g < t.n_groups; ++g) {
+        const uint8_t* wg = t.w + g * t.w_group_bytes;
+        for (int64_t r0 = 0; r0 < rows; r0 += kActTile) {
+            const int nc = static_cast<int>(std::min<int64_t>(kActTile, rows - r0));
+            Tiles<T>::fn[t.pairs - 1][nc - 1](wg, nsb, t.x + (r0 / kActTile) * tile_bytes, t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows,
+                                              t.y_stride);
+        }
+    }
+}
+
+constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = quantize_act<KQuantAct::Q4K>, .gemm = gemm<Q4K>};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = quantize_act<KQuantAct::Q6K>, .gemm = gemm<Q6K>};
+
+}  // namespace
+
+namespace detail {
+const PackedKernels* packed_kquants_avx512(Type t, const CpuFeatures& f) {
+    if (!f.avx512vnni) return nullptr;
+    switch (t) {
+        case Type::Q4_K: return &kQ4_K;
+        case Type::Q6_K: return &kQ6_K;
+        default: return nullptr;
+    }
+}
+}  // namespace detail
+
+}  // namespace kiln::cpu
