@@ -50,11 +50,8 @@ if [[ ! -f $TABLE ]]; then
     } > "$TABLE"
 fi
 
-field() {  # field LOG PATTERN: the first number after the pattern
-    grep -m1 "$2" "$1" | sed -E "s/.*$2[^0-9-]*(-?[0-9.]+).*/\1/"
-}
-pm() {  # pm LOG PATTERN: "value ± error"
-    grep -m1 "$2" "$1" | sed -E "s/.*$2[^0-9-]*(-?[0-9.]+) \+\/- +([0-9.]+).*/\1 ± \2/"
+pm() {  # pm LOG PATTERN (extended regex): "value ± error" of the first matching line
+    grep -m1 -E "$2" "$1" | sed -E "s#.*$2[^0-9-]*(-?[0-9.]+) \+/- +([0-9.]+).*#\1 ± \2#"
 }
 
 for type in $TYPES; do
@@ -65,11 +62,16 @@ for type in $TYPES; do
         q=$OUT/$tag.gguf
         args=()
         [[ $im == yes ]] && args=(--imatrix "$IMAT")
-        step "$tag: quantize"
-        "$BIN/kiln-quantize" "${args[@]}" "$BASE" "$q" "$type" "$THREADS" > "$OUT/$tag-quantize.log"
-        step "$tag: evaluate"
-        "$BIN/kiln-perplexity" -m "$q" -c 512 --chunks "$EVAL_CHUNKS" -t "$THREADS" --kl-divergence-base "$KLD" --kl-divergence > "$OUT/$tag-ppl.log" 2>&1
-        size=$(stat -c %s "$q")
+        # A finished evaluation (log with results, size recorded) is reused.
+        if ! grep -q "Same top p" "$OUT/$tag-ppl.log" 2>/dev/null || [[ ! -f $OUT/$tag.size ]]; then
+            step "$tag: quantize"
+            "$BIN/kiln-quantize" "${args[@]}" "$BASE" "$q" "$type" "$THREADS" > "$OUT/$tag-quantize.log"
+            stat -c %s "$q" > "$OUT/$tag.size"
+            step "$tag: evaluate"
+            "$BIN/kiln-perplexity" -m "$q" -c 512 --chunks "$EVAL_CHUNKS" -t "$THREADS" --kl-divergence-base "$KLD" \
+                --kl-divergence > "$OUT/$tag-ppl.log" 2>&1
+        fi
+        size=$(cat "$OUT/$tag.size")
         mib=$(awk -v s="$size" 'BEGIN { printf "%.2f", s / 1048576 }')
         ppl=$(pm "$OUT/$tag-ppl.log" "Mean PPL\\(Q\\) *:")
         ratio=$(pm "$OUT/$tag-ppl.log" "Mean PPL\\(Q\\)/PPL\\(base\\) *:")

@@ -81,6 +81,7 @@ def synth_models(tool, testdata, tmp_path_factory):
     specs = {
         "llama-f16": ["--arch", "llama", "--type", "f16"],
         "llama-q4_K": ["--arch", "llama", "--type", "q4_K"],
+        "llama-q6_K": ["--arch", "llama", "--type", "q6_K"],
         "qwen2-q8_0": ["--arch", "qwen2", "--type", "q8_0"],
         # 6 layers: 5 sliding-window layers and one global; a window of 8 so prompts cross it
         "gemma3-q4_0": ["--arch", "gemma3", "--type", "q4_0", "--n-layer", "6", "--sliding-window", "8"],

@@ -59,7 +59,7 @@ def test_synthetic_models_match_reference(synth_models, name):
                 assert kl < KL_BOUND and top1
 
 
-@pytest.mark.parametrize("name", ["qwen2-q8_0", "gemma3-q4_0"])
+@pytest.mark.parametrize("name", ["qwen2-q8_0", "gemma3-q4_0", "llama-q4_K", "llama-q6_K"])
 def test_repacked_weights_match_file_layout(synth_models, name):
     """Weights repacked for the GEMM kernels give the logits of the file's layout (vec_dot path)."""
     path = synth_models[name]

@@ -1,6 +1,7 @@
 // Element-wise ops: add/mul with broadcasting, scale, activations, gated activations.
 #include <cmath>
 
+#include "backends/cpu/kernels/activations.h"
 #include "backends/cpu/ops.h"
 
 namespace kiln::cpu {
@@ -34,13 +35,6 @@ void unary_rows(const Tensor& t, ComputeContext& ctx, F f) {
     }
 }
 
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
-
-inline float gelu_tanh(float x) {
-    constexpr float kSqrt2OverPi = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x)));
-}
-
 }  // namespace
 
 void op_add(const Tensor& t, ComputeContext& ctx) {
@@ -63,26 +57,15 @@ void op_scale(const Tensor& t, ComputeContext& ctx) {
 }
 
 void op_unary(const Tensor& t, ComputeContext& ctx) {
-    if (t.op == Op::Silu) {
-        unary_rows(t, ctx, [](float* o, const float* a, int64_t n) {
-            for (int64_t j = 0; j < n; ++j) o[j] = silu(a[j]);
-        });
-    } else {
-        unary_rows(t, ctx, [](float* o, const float* a, int64_t n) {
-            for (int64_t j = 0; j < n; ++j) o[j] = gelu_tanh(a[j]);
-        });
-    }
+    const ActivationKernels& k = activation_kernels();
+    const auto fn = t.op == Op::Silu ? k.silu : k.gelu_tanh;
+    unary_rows(t, ctx, [fn](float* o, const float* a, int64_t n) { fn(a, o, n); });
 }
 
 void op_glu(const Tensor& t, ComputeContext& ctx) {
-    const bool swi = t.op == Op::SwiGlu;
-    binary_rows(t, ctx, [swi](float* o, const float* g, const float* u, int64_t n) {
-        if (swi) {
-            for (int64_t j = 0; j < n; ++j) o[j] = silu(g[j]) * u[j];
-        } else {
-            for (int64_t j = 0; j < n; ++j) o[j] = gelu_tanh(g[j]) * u[j];
-        }
-    });
+    const ActivationKernels& k = activation_kernels();
+    const auto fn = t.op == Op::SwiGlu ? k.swiglu : k.geglu;
+    binary_rows(t, ctx, [fn](float* o, const float* g, const float* u, int64_t n) { fn(g, u, o, n); });
 }
 
 }  // namespace kiln::cpu

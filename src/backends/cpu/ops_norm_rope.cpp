@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "backends/cpu/ops.h"
 
@@ -44,13 +45,24 @@ void op_rope(const Tensor& t, ComputeContext& ctx) {
     const float base = t.fparams[0], freq_scale = t.fparams[1];
     const int64_t head_dim = t.ne[0];
     const int half = n_dims / 2;
+    const double theta_scale = std::pow(static_cast<double>(base), -2.0 / n_dims);
+    // The rotation depends only on the position: one cos/sin table per token, shared by its
+    // heads (rows of one token are consecutive, heads fastest).
+    std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
+    int64_t cached = -1;
     for_rows(t, ctx, [&](int64_t ih, int64_t it, int64_t i3) {
+        if (it != cached) {
+            double theta = static_cast<double>(pos[it]) * freq_scale;
+            for (int i = 0; i < half; ++i, theta *= theta_scale) {
+                cos_t[i] = static_cast<float>(std::cos(theta));
+                sin_t[i] = static_cast<float>(std::sin(theta));
+            }
+            cached = it;
+        }
         const auto* src = reinterpret_cast<const float*>(x.row(ih, it, i3));
         auto* dst = reinterpret_cast<float*>(t.row(ih, it, i3));
-        const double theta_scale = std::pow(static_cast<double>(base), -2.0 / n_dims);
-        double theta = static_cast<double>(pos[it]) * freq_scale;
-        for (int i = 0; i < half; ++i, theta *= theta_scale) {
-            const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
+        for (int i = 0; i < half; ++i) {
+            const float c = cos_t[i], s = sin_t[i];
             const int64_t a = mode == RopeMode::Neox ? i : 2 * i;
             const int64_t b = mode == RopeMode::Neox ? i + half : 2 * i + 1;
             const float x0 = src[a], x1 = src[b];
