@@ -20,7 +20,15 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     # vmovaps/vmovdqa on the stack fault in AVX code. The assembler option
     # turns every aligned vector move into the unaligned form (same speed on
     # aligned data on every AVX-capable CPU).
-    add_compile_options(-Wa,-muse-unaligned-vector-move)
+    # (binutils >= 2.38.)
+    include(CheckCXXCompilerFlag)
+    check_cxx_compiler_flag(-Wa,-muse-unaligned-vector-move KILN_HAVE_UNALIGNED_VECTOR_MOVE)
+    if(KILN_HAVE_UNALIGNED_VECTOR_MOVE)
+      add_compile_options(-Wa,-muse-unaligned-vector-move)
+    else()
+      message(WARNING "kiln: this assembler lacks -muse-unaligned-vector-move (binutils < 2.38): "
+                      "AVX kernels may fault on misaligned stack spills; use KILN_CPU=scalar")
+    endif()
     # No MinGW runtime DLLs (libstdc++, libgcc, winpthread) next to the .exe.
     add_link_options(-static)
   endif()

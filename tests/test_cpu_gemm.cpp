@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels/gemm.h"
+#include "backends/cpu/kernels/gemm_float.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
 #include "core/quant_repack.h"
@@ -61,14 +62,14 @@ std::vector<Isa> packed_isas(Type t) {
     return v;
 }
 
-// y[m][n] through the packed kernels of one instruction set.
-std::vector<float> run_gemm(Type t, Isa isa, const Weights& w, const std::vector<float>& x, int64_t K, int64_t N, int64_t M,
-                            bool precise) {
-    const kiln::cpu::PackedPlan plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t, isa), K, precise);
+// y[m][n] through one set of packed kernels.
+std::vector<float> run_kernels(const kiln::cpu::PackedKernels& kernels, Type t, const Weights& w, const std::vector<float>& x, int64_t K,
+                               int64_t N, int64_t M, bool precise) {
+    const kiln::cpu::PackedPlan plan = kiln::cpu::packed_plan(kernels, K, precise);
     const kiln::cpu::PackedKernels& pk = *plan.k;
     const size_t tb = plan.tile_bytes;
     const int pairs = plan.pairs;
-    std::vector<uint8_t> xq(kiln::cpu::packed_act_bytes(*kiln::cpu::packed_kernels(t, isa), K, M, precise));
+    std::vector<uint8_t> xq(kiln::cpu::packed_act_bytes(kernels, K, M, precise));
     for (int64_t m = 0; m < M; ++m) {
         const int64_t a = m * pairs;
         pk.quantize_act(x.data() + m * K, K, pk.offset, xq.data() + (a / kiln::cpu::kActTile) * tb,
@@ -88,6 +89,21 @@ std::vector<float> run_gemm(Type t, Isa isa, const Weights& w, const std::vector
     std::vector<float> out;
     for (int64_t m = 0; m < M; ++m) out.insert(out.end(), y.begin() + m * y_stride, y.begin() + m * y_stride + N);
     return out;
+}
+
+// y[m][n] through the packed kernels of one instruction set.
+std::vector<float> run_gemm(Type t, Isa isa, const Weights& w, const std::vector<float>& x, int64_t K, int64_t N, int64_t M,
+                            bool precise) {
+    return run_kernels(*kiln::cpu::packed_kernels(t, isa), t, w, x, K, N, M, precise);
+}
+
+double rel_error(const std::vector<float>& got, const std::vector<double>& ref) {
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        err += (got[i] - ref[i]) * (got[i] - ref[i]);
+        norm += ref[i] * ref[i];
+    }
+    return std::sqrt(err / norm);
 }
 
 // Relative error allowed against the double product of the dequantized weights.
@@ -174,6 +190,46 @@ TEST_P(PackedGemm, ActivationQuantizationIsIdenticalAcrossIsas) {
             ASSERT_EQ(plan.tile_bytes, tb);
             for (int col : {0, 2, 6}) plan.k->quantize_act(x.data(), K, plan.k->offset, got.data(), col, plan.pairs == 2);
             EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), tb)) << kiln::cpu::isa_name(isa) << " precise " << precise;
+        }
+    }
+}
+
+// Every fast-mode path of the F16/BF16 kernels (the CPU decides which one runs, see
+// float_gemm::fast_path), SIMD against its scalar mirror and the double product.
+TEST(PackedGemmFloat, EveryFastPathMatchesItsReference) {
+    namespace fg = kiln::cpu::float_gemm;
+    for (Type t : {Type::F16, Type::BF16}) {
+        for (fg::FastPath p : {fg::FastPath::F32, fg::FastPath::Bf16, fg::FastPath::Half}) {
+            const kiln::cpu::PackedKernels* ref_k = fg::detail::float_scalar(t, p);
+            if (!ref_k) continue;  // BF16 has no Half path
+            std::vector<const kiln::cpu::PackedKernels*> simd;
+#if defined(KILN_ARCH_X86)
+            if (kiln::cpu::isa_supported(Isa::Avx512)) simd.push_back(fg::detail::float_avx512(t, p, kiln::cpu::cpu_features()));
+#endif
+            for (int64_t K : {160, 1024}) {
+                const int64_t N = 48;
+                const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K + 3));
+                // Half, 400 rows of 1024: more than one L2 slice of activations (gemm_half)
+                const bool slices = K == 1024 && p == fg::FastPath::Half;
+                for (int64_t M : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{17}, slices ? int64_t{400} : int64_t{9}}) {
+                    const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 7 + K));
+                    std::vector<double> ref(static_cast<size_t>(M * N));
+                    for (int64_t m = 0; m < M; ++m) {
+                        for (int64_t n = 0; n < N; ++n) {
+                            for (int64_t k = 0; k < K; ++k) ref[m * N + n] += w.deq[n * K + k] * x[m * K + k];
+                        }
+                    }
+                    const std::vector<float> y_ref = run_kernels(*ref_k, t, w, x, K, N, M, false);
+                    const double tol = p == fg::FastPath::F32 ? 1e-5 : 6e-3;
+                    EXPECT_LT(rel_error(y_ref, ref), tol) << kiln::type_name(t) << " path " << int(p) << " K " << K << " M " << M;
+                    for (const kiln::cpu::PackedKernels* k : simd) {
+                        if (!k) continue;  // this CPU lacks the path's instructions
+                        const std::vector<float> y = run_kernels(*k, t, w, x, K, N, M, false);
+                        std::vector<double> yr(y_ref.begin(), y_ref.end());
+                        EXPECT_LT(rel_error(y, yr), 1e-5) << kiln::type_name(t) << " path " << int(p) << " K " << K << " M " << M;
+                    }
+                }
+            }
         }
     }
 }

@@ -746,12 +746,15 @@ TEST_P(CpuOps, Attention) {
     }
     cases.push_back({64, 64, 4, 4, 1, 1, 1, Type::F16, 0, 0.0f});  // one token over one cell
     cases.push_back({32, 32, 4, 2, 3, 40, 40, Type::Q8_0, 1, 0.0f});
-    for (Isa isa : isas_to_test()) {
+    const auto isas = isas_to_test();
+    for (Isa isa : isas) {
         SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
         ScopedIsa env(std::string(kiln::cpu::isa_name(isa)));
         std::mt19937 rng(8);
         for (const AttnCase& c : cases) {
-            for (bool q_permuted : {false, true}) check_attention(c, nth, q_permuted, rng);
+            check_attention(c, nth, false, rng);
+            // q's strides are handled before the kernels: one instruction set is enough
+            if (isa == isas.front()) check_attention(c, nth, true, rng);
         }
     }
 }

@@ -59,7 +59,7 @@ def test_synthetic_models_match_reference(synth_models, name):
                 assert kl < KL_BOUND and top1
 
 
-@pytest.mark.parametrize("name", ["qwen2-q8_0", "gemma3-q4_0", "llama-q4_K", "llama-q6_K"])
+@pytest.mark.parametrize("name", ["qwen2-q8_0", "gemma3-q4_0", "llama-q4_K", "llama-q6_K", "llama-f16"])
 def test_repacked_weights_match_file_layout(synth_models, name):
     """Weights repacked for the GEMM kernels give the logits of the file's layout (vec_dot path)."""
     path = synth_models[name]
@@ -72,7 +72,8 @@ def test_repacked_weights_match_file_layout(synth_models, name):
             a = kiln_all_logits(packed, prompt, precision, type_k="f32", type_v="f32")
             b = kiln_all_logits(rows, prompt, precision, type_k="f32", type_v="f32")
             kl, top1 = compare(b.astype(np.float64), a, f"{name} packed vs rows {precision}")
-            # fast: two different 8-bit roundings of the activations (fp32 vs fp16 block scales)
+            # fast: two different 8-bit roundings of the activations (fp32 vs fp16 block scales);
+            # F16: fp16 activations and fp16 partial sums vs fp16 activations and float sums
             assert kl < (1e-6 if precision == "precise" else 1e-3) and top1
 
 

@@ -1,4 +1,5 @@
-// Attention over the KV cache, and writing new K/V rows into it.
+// Attention over the KV cache (tiling, masks and threading here; the arithmetic is in
+// kernels/attn_*.cpp), and writing new K/V rows into it.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

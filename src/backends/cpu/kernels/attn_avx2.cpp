@@ -84,18 +84,6 @@ inline __m256 load8(const uint8_t* row, int64_t d, int64_t rem) {
     }
 }
 
-// K/V rows come from the cache, one KV head's rows n_head_kv rows apart, a stride the hardware
-// prefetchers follow poorly: the kernels ask for the row 16 ahead (the next block's, at the end).
-template <Type T>
-constexpr int64_t row_bytes(int64_t n) {
-    if constexpr (T == Type::F32) return n * 4;
-    if constexpr (T == Type::Q8_0) return n / QK8_0 * static_cast<int64_t>(sizeof(block_q8_0));
-    return n * 2;
-}
-inline void prefetch_row(const uint8_t* row, int64_t bytes) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(row) / 64, last = (reinterpret_cast<uintptr_t>(row) + bytes - 1) / 64;
-    for (uintptr_t l = first; l <= last; ++l) _mm_prefetch(reinterpret_cast<const char*>(l * 64), _MM_HINT_T0);
-}
 
 // ---- gemm: tiles of RB rows x 16 columns (N is a multiple of 16) -----------------------------
 
@@ -109,7 +97,6 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t 
     const int64_t rem0 = b_cols - j0, rem1 = b_cols - j0 - 8;
     for (int64_t k = 0; k < K; ++k) {
         const uint8_t* row = B + static_cast<size_t>(k) * b_stride;
-        if constexpr (T != Type::F32) prefetch_row(row + 16 * b_stride, row_bytes<T>(b_cols));
         const __m256 b0 = load8<T, Full>(row, j0, rem0), b1 = load8<T, Full>(row, j0 + 8, rem1);
         KILN_UNROLL
         for (int r = 0; r < RB; ++r) {
@@ -186,7 +173,6 @@ void k_transpose_t(const uint8_t* src, size_t stride, int64_t n, int64_t hd, flo
     const int64_t np = attn_pad(n);
     for (int64_t i0 = 0; i0 < np; i0 += 8) {
         const int64_t ni = std::clamp<int64_t>(n - i0, 0, 8);
-        for (int64_t i = 16; i < 24; ++i) prefetch_row(src + static_cast<size_t>(i0 + i) * stride, row_bytes<T>(hd));
         for (int64_t d0 = 0; d0 < hd; d0 += 8) {
             const int64_t nd = std::min<int64_t>(8, hd - d0);
             __m256 r[8];

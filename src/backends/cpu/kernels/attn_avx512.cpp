@@ -88,18 +88,6 @@ inline __m512 load16(const uint8_t* row, int64_t d, __mmask16 m) {
     }
 }
 
-// K/V rows come from the cache, one KV head's rows n_head_kv rows apart, a stride the hardware
-// prefetchers follow poorly: the kernels ask for the row 16 ahead (the next block's, at the end).
-template <Type T>
-constexpr int64_t row_bytes(int64_t n) {
-    if constexpr (T == Type::F32) return n * 4;
-    if constexpr (T == Type::Q8_0) return n / QK8_0 * static_cast<int64_t>(sizeof(block_q8_0));
-    return n * 2;
-}
-inline void prefetch_row(const uint8_t* row, int64_t bytes) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(row) / 64, last = (reinterpret_cast<uintptr_t>(row) + bytes - 1) / 64;
-    for (uintptr_t l = first; l <= last; ++l) _mm_prefetch(reinterpret_cast<const char*>(l * 64), _MM_HINT_T0);
-}
 
 // ---- gemm: tiles of up to 8 rows x 32 columns (16 accumulators) -----------------------------------
 
@@ -116,7 +104,6 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t 
         for (int c = 0; c < CB; ++c) acc[r][c] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; ++k) {
         const uint8_t* row = B + static_cast<size_t>(k) * b_stride;
-        if constexpr (T != Type::F32) prefetch_row(row + 16 * b_stride, row_bytes<T>(b_cols));
         __m512 b[CB];
         KILN_UNROLL
         for (int c = 0; c < CB; ++c) b[c] = load16<T>(row, j0 + 16 * c, m[c]);
@@ -230,7 +217,6 @@ template <Type T>
 void k_transpose_t(const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
     for (int64_t i0 = 0; i0 < n; i0 += 16) {
         const int64_t ni = std::min<int64_t>(16, n - i0);
-        for (int64_t i = 16; i < 32; ++i) prefetch_row(src + static_cast<size_t>(i0 + i) * stride, row_bytes<T>(hd));
         for (int64_t d0 = 0; d0 < hd; d0 += 16) {
             const int64_t nd = std::min<int64_t>(16, hd - d0);
             if (ni == 16 && nd == 16) {

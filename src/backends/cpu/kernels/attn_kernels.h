@@ -1,5 +1,5 @@
 // CPU attention kernels, one table per instruction set (scalar reference,
-// AVX2, AVX-512; NEON uses the scalar table), chosen at run time like the
+// AVX2, AVX-512, NEON), chosen at run time like the
 // matmul kernels. op_attention (ops_attention.cpp) tiles the work flash-
 // attention style and calls these for the arithmetic:
 //
@@ -81,6 +81,9 @@ const AttnKernels& attn_scalar();
 #if defined(KILN_ARCH_X86)
 const AttnKernels& attn_avx2();
 const AttnKernels& attn_avx512();
+#endif
+#if defined(KILN_ARCH_ARM64)
+const AttnKernels& attn_neon();
 #endif
 }  // namespace detail
 

@@ -96,7 +96,10 @@ const AttnKernels& attn_kernels(Isa isa) {
         case Isa::Avx512: return detail::attn_avx512();
         case Isa::Avx2: return detail::attn_avx2();
 #endif
-        default: return detail::attn_scalar();  // scalar, and NEON (no table of its own yet)
+#if defined(KILN_ARCH_ARM64)
+        case Isa::Neon: return detail::attn_neon();
+#endif
+        default: return detail::attn_scalar();
     }
 }
 

@@ -1,14 +1,21 @@
-// Activation tiles of the packed F16/BF16 GEMM kernels (gemm_float_*.cpp), shared by the
-// scalar reference and the SIMD versions.
+// Activation tiles and computation paths of the packed F16/BF16 GEMM kernels
+// (gemm_float_*.cpp), shared by the scalar reference and the SIMD versions.
 //
 // F16 and BF16 weights are packed losslessly (block_f16x16: 16 rows x 2 consecutive
-// elements per 64-byte chunk). Two activation formats, both tiles of kActTile rows cut
-// into blocks of 32 columns, row j of a block at a constant offset (so a kernel reaches
-// every operand from one pointer per block):
-//   fast    (BF16): block = kActTile rows x 32 bf16 (64 bytes each); the kernels round the
-//                   weights to BF16 too and use BF16 pair dot products (vdpbf16ps).
-//   precise (F32):  block = kActTile rows x 32 floats (128 bytes each); products exact in
-//                   float (F16 and BF16 weights widen to F32 without rounding).
+// elements per 64-byte chunk). Activation tiles hold kActTile rows cut into blocks of 32
+// columns, row j of a block at a constant offset (so a kernel reaches every operand from
+// one pointer per block). Paths (FastPath; precise mode is always F32):
+//   F32  (precise): block = kActTile rows x 32 floats (128 bytes each); weights widen to
+//        float exactly, products exact, float sums.
+//   Bf16 (fast):    block = kActTile rows x 32 bf16 (64 bytes each); weights rounded to
+//        BF16 in registers, BF16 pair dot products (vdpbf16ps), float sums.
+//   Half (fast, F16 weights): block = kActTile rows x 32 fp16 (64 bytes each), each row
+//        scaled by a power of two so its largest |x| is in [1, 2) (the tile ends with the
+//        kActTile inverse scales, 64 bytes); weights used as stored; products and runs of
+//        kHalfRun of them summed per lane in fp16 (AVX512-FP16 vfmadd231ph, one rounding
+//        per step), the runs summed in float. |weights| < 65504 / (2 kHalfRun) = 511 keep
+//        a run finite; larger ones make the run overflow, so precise mode or the F32
+//        path is the answer for such models.
 #pragma once
 
 #include <cstddef>
@@ -27,5 +34,26 @@ constexpr size_t kWBlockBytes = sizeof(block_f16x16);         // 1024: 16 weight
 
 inline size_t bf16_tile_bytes(int64_t K) { return static_cast<size_t>(K / kPackCols16) * kBf16BlockBytes; }
 inline size_t f32_tile_bytes(int64_t K) { return static_cast<size_t>(K / kPackCols16) * kF32BlockBytes; }
+constexpr int kHalfRun = 64;      // fp16 products summed per lane before widening to float
+constexpr size_t kHalfTail = 64;  // after the blocks of a Half tile: float inverse scale per row
+inline size_t half_tile_bytes(int64_t K) { return bf16_tile_bytes(K) + kHalfTail; }
+
+// Power-of-two scale for a Half activation row with largest magnitude amax (exact to
+// apply and to undo); 1 for rows of zeros.
+float half_row_scale(float amax);
+
+enum class FastPath : uint8_t { F32, Bf16, Half };
+// What fast mode computes through for weight type t on this CPU, the fastest measured:
+// F16: Half with AVX512-FP16, else Bf16. BF16: F32 with AVX512-FP16 (those CPUs issue
+// vdpbf16ps at a quarter of the FMA rate: half the FLOP rate of F32 FMAs), else Bf16.
+FastPath fast_path(Type t);
+
+namespace detail {
+// Kernels of one path (fast mode; their `precise` member is the F32 path), for tests.
+const PackedKernels* float_scalar(Type t, FastPath p);
+#if defined(KILN_ARCH_X86)
+const PackedKernels* float_avx512(Type t, FastPath p, const CpuFeatures& f);  // null if f lacks it
+#endif
+}  // namespace detail
 
 }  // namespace kiln::cpu::float_gemm

@@ -12,6 +12,11 @@
 // The register tile is 2 groups x 8 activation rows (16 accumulators): every broadcast
 // feeds two vdpbf16ps, every weight load eight.
 //
+// Fast mode, Half path (F16 weights on CPUs with AVX512-FP16, where vdpbf16ps issues at a
+// quarter of the FMA rate): the weights are used as stored, against fp16 activations
+// (gemm_float.h); vfmadd231ph does 32 multiply-adds per instruction at the full FMA rate,
+// into fp16 lanes (row, element parity) that are widened into float every kHalfRun steps.
+//
 // Precise mode (F32): weights widen to float exactly (vcvtph2ps for F16, a 16-bit shift
 // for BF16) and meet F32 activations in FMAs. F16 lanes after widening alternate (row r,
 // element 2c) and (row r, element 2c+1), so the activation pair is broadcast as 64 bits
@@ -33,6 +38,13 @@
 #include "backends/cpu/kernels/gemm_float.h"
 
 #if defined(__AVX512BF16__)
+
+// AVX512-FP16 is enabled per function (target attribute): GCC 12 / clang 14 and later.
+#if (defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12)
+#define KILN_HAVE_FP16_TARGET 1
+#else
+#define KILN_HAVE_FP16_TARGET 0
+#endif
 
 namespace kiln::cpu {
 namespace {
@@ -81,6 +93,11 @@ void act_f32(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
 
 constexpr size_t kPrefetchBytes = 2048;  // how far ahead single-tile kernels prefetch weights
 constexpr int64_t kSlab = 8;             // blocks of 32 columns per converted slab (2 x 8 KiB)
+
+// Activation rows per slice of a large batch: whole tiles, about 1.5 MiB (L2 is 2 MiB).
+inline int64_t act_slice_rows(size_t tile_bytes) {
+    return std::max<int64_t>(1, static_cast<int64_t>((size_t{3} << 19) / tile_bytes)) * kActTile;
+}
 
 inline void prefetch_block(const uint8_t* p) {
 #pragma GCC unroll 16
@@ -188,6 +205,149 @@ void gemm_fast(const GemmTask& t) {
     }
 }
 
+// ---- fast, Half (AVX512-FP16) ----
+
+inline float hmax(__m512 v) {
+    __m256 a = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_max_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_max_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+// Column col of a Half tile: the row scaled by a power of two, rounded to fp16 (vcvtps2ph,
+// nearest even, as the scalar reference); its inverse scale after the blocks.
+void act_half(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
+    __m512 m = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+    const float s = half_row_scale(hmax(m));
+    const __m512 vs = _mm512_set1_ps(s);
+    for (int64_t b = 0; b < K / kPackCols16; ++b) {
+        uint8_t* out = tile + b * kBf16BlockBytes + col * kBf16RowBytes;
+        for (int h = 0; h < 2; ++h) {
+            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + b * kPackCols16 + 16 * h), vs);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * h), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+    }
+    reinterpret_cast<float*>(tile + bf16_tile_bytes(K))[col] = 1.0f / s;
+}
+
+// Lane 2r + e of (lo | hi) is row r, element parity e: the 16 rows' sums.
+inline __m512 add_parities(__m512 lo, __m512 hi) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    return _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi));
+}
+
+#if KILN_HAVE_FP16_TARGET
+#define KILN_FP16 __attribute__((target("avx512fp16")))
+
+// NG groups (wg_stride bytes apart) x NC rows of one Half tile over nblk blocks; writes or
+// (add) adds y[j * y_stride + 16 g + r] = inv[j] * sum.
+template <bool kPrefetch, int NG, int NC>
+KILN_FP16 void half_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const uint8_t* xt, const float* inv, float* y, int64_t y_stride,
+                         bool add) {
+    constexpr int64_t kRunBlocks = kHalfRun / (kPackCols16 / 2);
+    alignas(64) float sum[NG][NC][32] = {};  // float sums per lane (row, parity)
+#pragma GCC unroll 1
+    for (int64_t b0 = 0; b0 < nblk; b0 += kRunBlocks) {
+        __m512h acc[NG][NC];
+#pragma GCC unroll 2
+        for (int g = 0; g < NG; ++g) {
+#pragma GCC unroll 8
+            for (int j = 0; j < NC; ++j) acc[g][j] = _mm512_setzero_ph();
+        }
+        const int64_t b1 = std::min(nblk, b0 + kRunBlocks);
+#pragma GCC unroll 1
+        for (int64_t b = b0; b < b1; ++b) {
+            const uint8_t* wb = w + b * kWBlockBytes;
+            const uint8_t* xb = xt + b * kBf16BlockBytes;
+            if constexpr (kPrefetch) {
+#pragma GCC unroll 2
+                for (int g = 0; g < NG; ++g) prefetch_block(wb + g * wg_stride);
+            }
+#pragma GCC unroll 16
+            for (int i = 0; i < kPackCols16 / 2; ++i) {
+                __m512h wv[NG];
+#pragma GCC unroll 2
+                for (int g = 0; g < NG; ++g) wv[g] = _mm512_castsi512_ph(_mm512_loadu_si512(wb + g * wg_stride + 64 * i));
+#pragma GCC unroll 8
+                for (int j = 0; j < NC; ++j) {
+                    const __m512h xv = _mm512_castsi512_ph(_mm512_set1_epi32(load32(xb + j * kBf16RowBytes + 4 * i)));
+#pragma GCC unroll 2
+                    for (int g = 0; g < NG; ++g) acc[g][j] = _mm512_fmadd_ph(wv[g], xv, acc[g][j]);
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int g = 0; g < NG; ++g) {
+#pragma GCC unroll 8
+            for (int j = 0; j < NC; ++j) {
+                const __m512i h = _mm512_castph_si512(acc[g][j]);
+                float* f = sum[g][j];
+                _mm512_store_ps(f, _mm512_add_ps(_mm512_load_ps(f), _mm512_cvtph_ps(_mm512_castsi512_si256(h))));
+                _mm512_store_ps(f + 16, _mm512_add_ps(_mm512_load_ps(f + 16), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1))));
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < NG; ++g) {
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            const __m512 v = _mm512_mul_ps(add_parities(_mm512_load_ps(sum[g][j]), _mm512_load_ps(sum[g][j] + 16)), _mm512_set1_ps(inv[j]));
+            float* out = y + j * y_stride + g * kPackRows;
+            _mm512_storeu_ps(out, add ? _mm512_add_ps(_mm512_loadu_ps(out), v) : v);
+        }
+    }
+}
+
+using HalfFn = void (*)(const uint8_t*, size_t, int64_t, const uint8_t*, const float*, float*, int64_t, bool);
+
+template <bool kPrefetch>
+struct HalfTiles {
+    template <int NG>
+    static constexpr HalfFn row[kActTile] = {half_tile<kPrefetch, NG, 1>, half_tile<kPrefetch, NG, 2>, half_tile<kPrefetch, NG, 3>,
+                                             half_tile<kPrefetch, NG, 4>, half_tile<kPrefetch, NG, 5>, half_tile<kPrefetch, NG, 6>,
+                                             half_tile<kPrefetch, NG, 7>, half_tile<kPrefetch, NG, 8>};
+    static HalfFn get(int ng, int nc) { return ng == 2 ? row<2>[nc - 1] : row<1>[nc - 1]; }
+};
+
+// As gemm_fast without conversions. One tile (generation) streams the weights once; more
+// tiles share each L1-sized slab of two groups, and large batches go in slices of
+// activation rows that stay in L2 (the weights streamed once per slice).
+void gemm_half(const GemmTask& t) {
+    const int64_t nb = t.K / kPackCols16;
+    const size_t tile_bytes = half_tile_bytes(t.K);
+    const size_t inv_off = bf16_tile_bytes(t.K);
+    auto inv = [&](int64_t m0) { return reinterpret_cast<const float*>(t.x + (m0 / kActTile) * tile_bytes + inv_off); };
+    if (t.M <= kActTile) {
+        for (int64_t g = 0; g < t.n_groups; g += 2) {
+            const int ng = static_cast<int>(std::min<int64_t>(2, t.n_groups - g));
+            HalfTiles<true>::get(ng, static_cast<int>(t.M))(t.w + g * t.w_group_bytes, t.w_group_bytes, nb, t.x, inv(0), t.y + g * kPackRows,
+                                                             t.y_stride, false);
+        }
+        return;
+    }
+    const int64_t slice = act_slice_rows(tile_bytes);
+    for (int64_t s0 = 0; s0 < t.M; s0 += slice) {
+        const int64_t s1 = std::min(t.M, s0 + slice);
+        for (int64_t g = 0; g < t.n_groups; g += 2) {
+            const int ng = static_cast<int>(std::min<int64_t>(2, t.n_groups - g));
+            const uint8_t* wg = t.w + g * t.w_group_bytes;
+            for (int64_t b0 = 0; b0 < nb; b0 += kSlab) {
+                const int64_t nbs = std::min(kSlab, nb - b0);
+                for (int64_t m0 = s0; m0 < s1; m0 += kActTile) {
+                    const int nc = static_cast<int>(std::min<int64_t>(kActTile, s1 - m0));
+                    HalfTiles<false>::get(ng, nc)(wg + b0 * kWBlockBytes, t.w_group_bytes, nbs,
+                                                  t.x + (m0 / kActTile) * tile_bytes + b0 * kBf16BlockBytes, inv(m0),
+                                                  t.y + m0 * t.y_stride + g * kPackRows, t.y_stride, b0 > 0);
+                }
+            }
+        }
+    }
+}
+#endif  // KILN_HAVE_FP16_TARGET
+
 // ---- precise (F32) ----
 
 // Widens one 64-byte chunk to two float registers (see the file comment for the lanes).
@@ -245,10 +405,8 @@ void precise_tile(const uint8_t* w, int64_t nblk, const uint8_t* xt, float* y, i
             hi = _mm512_add_ps(hi, b[1][j]);
         }
         __m512 out;
-        if constexpr (T == Type::F16) {  // lane 2r + e of (lo | hi) is row r, element parity e
-            const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-            out = _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi));
+        if constexpr (T == Type::F16) {
+            out = add_parities(lo, hi);
         } else {
             out = _mm512_add_ps(lo, hi);
         }
@@ -282,25 +440,45 @@ constexpr PackedKernels kBF16Precise{.offset = 0, .quantize_act = act_f32, .gemm
 constexpr PackedKernels kBF16{.offset = 0, .quantize_act = act_bf16, .gemm = gemm_fast<Type::BF16>, .tile_bytes = bf16_tile_bytes,
                               .precise = &kBF16Precise};
 
+// Fast mode through F32 (the precise kernels), and F16 through Half.
+constexpr PackedKernels kF16F32{.offset = 0, .quantize_act = act_f32, .gemm = gemm_precise<Type::F16>, .tile_bytes = f32_tile_bytes,
+                                .precise = &kF16Precise};
+constexpr PackedKernels kBF16F32{.offset = 0, .quantize_act = act_f32, .gemm = gemm_precise<Type::BF16>, .tile_bytes = f32_tile_bytes,
+                                 .precise = &kBF16Precise};
+#if KILN_HAVE_FP16_TARGET
+constexpr PackedKernels kF16Half{.offset = 0, .quantize_act = act_half, .gemm = gemm_half, .tile_bytes = half_tile_bytes,
+                                 .precise = &kF16Precise};
+#endif
+
 }  // namespace
 
-namespace detail {
-const PackedKernels* packed_float_avx512(Type t, const CpuFeatures& f) {
-    if (!f.avx512bf16) return nullptr;
-    switch (t) {
-        case Type::F16: return &kF16;
-        case Type::BF16: return &kBF16;
-        default: return nullptr;
+const PackedKernels* float_gemm::detail::float_avx512(Type t, FastPath p, const CpuFeatures& f) {
+    if (t != Type::F16 && t != Type::BF16) return nullptr;
+    const bool f16 = t == Type::F16;
+    switch (p) {
+        case FastPath::F32: return f16 ? &kF16F32 : &kBF16F32;
+        case FastPath::Bf16: return !f.avx512bf16 ? nullptr : f16 ? &kF16 : &kBF16;
+        case FastPath::Half:
+#if KILN_HAVE_FP16_TARGET
+            return f16 && fast_path(t) == FastPath::Half ? &kF16Half : nullptr;  // fast_path checked the CPU
+#else
+            return nullptr;
+#endif
     }
+    return nullptr;
 }
+
+namespace detail {
+const PackedKernels* packed_float_avx512(Type t, const CpuFeatures& f) { return float_gemm::detail::float_avx512(t, float_gemm::fast_path(t), f); }
 }  // namespace detail
 
 }  // namespace kiln::cpu
 
 #else  // compilers without AVX512_BF16 intrinsics (MSVC): no packed float kernels
 
-namespace kiln::cpu::detail {
-const PackedKernels* packed_float_avx512(Type, const CpuFeatures&) { return nullptr; }
-}  // namespace kiln::cpu::detail
+namespace kiln::cpu {
+const PackedKernels* float_gemm::detail::float_avx512(Type, FastPath, const CpuFeatures&) { return nullptr; }
+const PackedKernels* detail::packed_float_avx512(Type, const CpuFeatures&) { return nullptr; }
+}  // namespace kiln::cpu
 
 #endif

@@ -8,7 +8,11 @@
 // and activation row the cost over the 8 vpdpbusd is:
 //   Q4_K: int->float, x activation d, FMA with d * sc, FMA of the min term (4 ops);
 //   Q6_K: two 16-element sub-blocks, each starting from -32 * (sum of its activation quants)
-//         (one vpmaddwd) and ending in int->float, x activation d, FMA (8 ops).
+//         (one vpmaddwd) and ending in int->float and an FMA with d * sc, then one FMA with
+//         the activation d (7 ops).
+// Unpacking the weights costs about as much again per tile, so with more than one tile
+// (prompts) each 16-row group is first decoded into 8-bit quants and float scale vectors
+// that all tiles share; generation (one tile) unpacks on the fly.
 // Activation tiles: see gemm_kquants_scalar.cpp (the third field of a block).
 #include <immintrin.h>
 
@@ -21,6 +25,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/gemm_kquants.h"
@@ -122,12 +127,70 @@ inline void dot_chunks(__m512i (&sum)[NC], const __m512i* w, const uint8_t* xb) 
     }
 }
 
-// ---- Q4_K ----
-// One group of 16 weight rows x the NC activation rows of one tile (NC / P outputs).
+// ---- unpacking (shared by the direct and the decoded-group kernels) ----
+
+// d * sc and dmin * m of sub-blocks 0..7 of a Q4_K super-block (one lane per row).
+inline void q4_K_scales(const block_q4_Kx16* blk, __m512 (&dsc)[8], __m512 (&dmn)[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
+    // Byte t of each lane: scale / min of sub-block t (lo) and 4 + t (hi); see k4_scale_min.
+    const __m512i A = _mm512_loadu_si512(blk->scales), B = _mm512_loadu_si512(blk->scales + 64),
+                  C = _mm512_loadu_si512(blk->scales + 128);
+    const __m512i sc_lo = _mm512_and_si512(A, m6), mn_lo = _mm512_and_si512(B, m6);
+    // 0xF8: a | (b & c)
+    const __m512i sc_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(C, m4), _mm512_srli_epi32(A, 2), m30, 0xF8);
+    const __m512i mn_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(C, 4), m4), _mm512_srli_epi32(B, 2), m30, 0xF8);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->dmin)));
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+        dsc[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte(j < 4 ? sc_lo : sc_hi, j % 4)), d);
+        dmn[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte(j < 4 ? mn_lo : mn_hi, j % 4)), dmin);
+    }
+}
+
+// Quants (0..15) of sub-block j: register c = elements 32 j + 4c .. + 3 of every row.
+inline void q4_K_weights(const block_q4_Kx16* blk, int j, __m512i (&w)[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const uint8_t* q = blk->qs + 512 * (j / 2);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+        const __m512i v = _mm512_loadu_si512(q + 64 * c);
+        w[c] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, m4);
+    }
+}
+
+// d * sc of sub-block s (0..15) of a Q6_K super-block.
+inline __m512 q6_K_scale(const block_q6_Kx16* blk, __m512 d, int s) {
+    // Lane byte t of scales dword s / 4 is sub-block 4 (s / 4) + t.
+    const __m512i sv = _mm512_loadu_si512(blk->scales + 64 * (s / 4));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_signed(sv, s % 4)), d);
+}
+
+// Quants (0..63) of activation block b (elements 32 b ..): register c = elements 32 b + 4c ..
+inline void q6_K_weights(const block_q6_Kx16* blk, int b, __m512i (&w)[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const int h = b / 4, k = b % 4;  // 128-element half; which of its 4 element ranges
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+        const __m512i ql = _mm512_loadu_si512(blk->ql + 64 * (16 * h + 8 * (k % 2) + c));
+        const __m512i qh = _mm512_loadu_si512(blk->qh + 64 * (8 * h + c));
+        const __m512i lo = _mm512_and_si512(k < 2 ? ql : _mm512_srli_epi16(ql, 4), m4);
+        // bits 2k, 2k+1 of qh to bits 4, 5
+        const __m512i hs = k == 0 ? _mm512_slli_epi16(qh, 4) : k == 1 ? _mm512_slli_epi16(qh, 2) : k == 2 ? qh : _mm512_srli_epi16(qh, 2);
+        w[c] = _mm512_ternarylogic_epi32(lo, hs, m30, 0xF8);  // lo | (hs & 0x30)
+    }
+}
+
+// vpmaddwd with these turns an activation block's (low, high) int16 quant sums into
+// -32 * low or -32 * high: the offset of the Q6_K quants of sub-block 2b or 2b + 1.
+inline __m512i q6_K_offset(int half) { return _mm512_set1_epi32(half ? static_cast<int>(0xFFE00000u) : 0x0000FFE0); }
+
+// ---- direct kernels: one group of 16 weight rows x the NC activation rows of one tile
+// (NC / P outputs), unpacking the weights on the fly (generation; prompts of <= 8 rows).
+
 template <int NC, int P>
 void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     constexpr int NO = NC / P;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
     __m512 acc[NO];
 #pragma GCC unroll 8
     for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
@@ -135,27 +198,13 @@ void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
         if constexpr (NC <= 2) prefetch_ahead<sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk));
-        // Scales and mins of sub-blocks 0-3 (byte t of each lane: sub-block t) and 4-7.
-        const __m512i A = _mm512_loadu_si512(blk->scales), B = _mm512_loadu_si512(blk->scales + 64),
-                      C = _mm512_loadu_si512(blk->scales + 128);
-        const __m512i sc_lo = _mm512_and_si512(A, m6), mn_lo = _mm512_and_si512(B, m6);
-        // 0xF8: a | (b & c)
-        const __m512i sc_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(C, m4), _mm512_srli_epi32(A, 2), m30, 0xF8);
-        const __m512i mn_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(C, 4), m4), _mm512_srli_epi32(B, 2), m30, 0xF8);
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->dmin)));
+        __m512 dsc[8], dmn[8];
+        q4_K_scales(blk, dsc, dmn);
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
-            const __m512 dsc = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte(j < 4 ? sc_lo : sc_hi, j % 4)), d);
-            const __m512 dmn = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte(j < 4 ? mn_lo : mn_hi, j % 4)), dmin);
-            const uint8_t* q = blk->qs + 512 * (j / 2);
             __m512i w[8];
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; ++c) {
-                const __m512i v = _mm512_loadu_si512(q + 64 * c);
-                w[c] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, m4);
-            }
+            q4_K_weights(blk, j, w);
             const uint8_t* xb = xs + j * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
             const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile);
@@ -163,6 +212,117 @@ void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
 #pragma GCC unroll 8
             for (int k = 0; k < NC; ++k) sum[k] = _mm512_setzero_si512();
             dot_chunks<NC, 0, 8>(sum, w, xb);
+#pragma GCC unroll 8
+            for (int k = 0; k < NC; ++k) {
+                const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(xd[k]));
+                acc[k / P] = _mm512_fmadd_ps(f, dsc[j], acc[k / P]);
+                acc[k / P] = _mm512_fnmadd_ps(dmn[j], _mm512_set1_ps(xsum[k]), acc[k / P]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
+}
+
+template <int NC, int P>
+void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
+    constexpr int NO = NC / P;
+    __m512 acc[NO];
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
+        if constexpr (NC <= 2) prefetch_ahead<sizeof(block_q6_Kx16)>(reinterpret_cast<const uint8_t*>(blk));
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
+        const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
+#pragma GCC unroll 8
+        for (int b = 0; b < 8; ++b) {  // activation block b: sub-blocks 2b, 2b+1
+            __m512i w[8];
+            q6_K_weights(blk, b, w);
+            const uint8_t* xb = xs + b * kActBlockBytes;
+            const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
+            const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile);
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; ++half) {
+                const __m512 dsc = q6_K_scale(blk, d, 2 * b + half);
+                __m512i sum[NC];
+#pragma GCC unroll 8
+                for (int k = 0; k < NC; ++k) sum[k] = _mm512_madd_epi16(_mm512_set1_epi32(xsums[k]), q6_K_offset(half));
+                if (half == 0) dot_chunks<NC, 0, 4>(sum, w, xb);
+                else dot_chunks<NC, 4, 4>(sum, w, xb);
+#pragma GCC unroll 8
+                for (int k = 0; k < NC; ++k) {
+                    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(xd[k]));
+                    acc[k / P] = _mm512_fmadd_ps(f, dsc, acc[k / P]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
+}
+
+// ---- decoded-group kernels (prompts): a group's weights are unpacked once into 8-bit
+// quants and float scale vectors (kDecodedBytes per super-block), which every activation
+// tile then reads: per activation block and row only the products and the scale FMAs remain.
+// Per super-block: 64 registers of quants (64 x 64 bytes), then 16 scale vectors.
+constexpr size_t kDecodedBytes = 64 * 64 + 16 * 64;
+
+void decode_q4_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
+    auto* out = reinterpret_cast<__m512i*>(dst);
+    for (int64_t sb = 0; sb < nsb; ++sb, out += kDecodedBytes / 64) {
+        const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
+        __m512 dsc[8], dmn[8];
+        q4_K_scales(blk, dsc, dmn);
+        for (int j = 0; j < 8; ++j) {
+            __m512i w[8];
+            q4_K_weights(blk, j, w);
+            for (int c = 0; c < 8; ++c) _mm512_store_si512(out + 8 * j + c, w[c]);
+            _mm512_store_ps(out + 64 + j, dsc[j]);
+            _mm512_store_ps(out + 72 + j, dmn[j]);
+        }
+    }
+}
+
+void decode_q6_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
+    auto* out = reinterpret_cast<__m512i*>(dst);
+    for (int64_t sb = 0; sb < nsb; ++sb, out += kDecodedBytes / 64) {
+        const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
+        for (int b = 0; b < 8; ++b) {
+            __m512i w[8];
+            q6_K_weights(blk, b, w);
+            for (int c = 0; c < 8; ++c) _mm512_store_si512(out + 8 * b + c, w[c]);
+        }
+        for (int s = 0; s < 16; ++s) _mm512_store_ps(out + 64 + s, q6_K_scale(blk, d, s));
+    }
+}
+
+template <int NC, int P>
+void tile_q4_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
+    constexpr int NO = NC / P;
+    const auto* dec = reinterpret_cast<const __m512i*>(decoded);
+    __m512 acc[NO];
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int64_t sb = 0; sb < nsb; ++sb, dec += kDecodedBytes / 64) {
+        const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
+        const auto* scales = reinterpret_cast<const __m512*>(dec + 64);
+#pragma GCC unroll 1
+        for (int j = 0; j < 8; ++j) {
+            __m512i w[8];
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; ++c) w[c] = _mm512_load_si512(dec + 8 * j + c);
+            const uint8_t* xb = xs + j * kActBlockBytes;
+            const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
+            const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile);
+            __m512i sum[NC];
+#pragma GCC unroll 8
+            for (int k = 0; k < NC; ++k) sum[k] = _mm512_setzero_si512();
+            dot_chunks<NC, 0, 8>(sum, w, xb);
+            const __m512 dsc = scales[j], dmn = scales[8 + j];
 #pragma GCC unroll 8
             for (int k = 0; k < NC; ++k) {
                 const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(xd[k]));
@@ -175,55 +335,42 @@ void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
     for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
 }
 
-// ---- Q6_K ----
 template <int NC, int P>
-void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
+void tile_q6_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     constexpr int NO = NC / P;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    // vpmaddwd with these turns an activation block's (low, high) int16 quant sums into
-    // -32 * low or -32 * high: the offset of the weight quants of sub-block 2b or 2b + 1.
-    const __m512i off_lo = _mm512_set1_epi32(0x0000FFE0), off_hi = _mm512_set1_epi32(static_cast<int>(0xFFE00000u));
+    const auto* dec = reinterpret_cast<const __m512i*>(decoded);
     __m512 acc[NO];
 #pragma GCC unroll 8
     for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
 #pragma GCC unroll 1
-    for (int64_t sb = 0; sb < nsb; ++sb) {
-        const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
-        if constexpr (NC <= 2) prefetch_ahead<sizeof(block_q6_Kx16)>(reinterpret_cast<const uint8_t*>(blk));
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
+    for (int64_t sb = 0; sb < nsb; ++sb, dec += kDecodedBytes / 64) {
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
-#pragma GCC unroll 8
-        for (int b = 0; b < 8; ++b) {  // activation block b: elements 32b.., sub-blocks 2b, 2b+1
-            const int h = b / 4, k = b % 4;
-            // Lane byte t of scales dword b/2 is sub-block 4 (b/2) + t.
-            const __m512i sv = _mm512_loadu_si512(blk->scales + 64 * (b / 2));
-            __m512i w[8];
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; ++c) {
-                const __m512i ql = _mm512_loadu_si512(blk->ql + 64 * (16 * h + 8 * (k % 2) + c));
-                const __m512i qh = _mm512_loadu_si512(blk->qh + 64 * (8 * h + c));
-                const __m512i lo = _mm512_and_si512(k < 2 ? ql : _mm512_srli_epi16(ql, 4), m4);
-                // bits 2k, 2k+1 of qh to bits 4, 5
-                const __m512i hs = k == 0 ? _mm512_slli_epi16(qh, 4) : k == 1 ? _mm512_slli_epi16(qh, 2) : k == 2 ? qh : _mm512_srli_epi16(qh, 2);
-                w[c] = _mm512_ternarylogic_epi32(lo, hs, m30, 0xF8);  // lo | (hs & 0x30)
-            }
+        const auto* scales = reinterpret_cast<const __m512*>(dec + 64);
+#pragma GCC unroll 1
+        for (int b = 0; b < 8; ++b) {
             const uint8_t* xb = xs + b * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
             const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile);
+            // t = S_lo * dsc_lo + S_hi * dsc_hi per row, then one FMA with the activation d.
+            __m512 t[NC];
 #pragma GCC unroll 2
             for (int half = 0; half < 2; ++half) {
-                const __m512 dsc = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_signed(sv, 2 * (b % 2) + half)), d);
+                __m512i w[8];
+#pragma GCC unroll 4
+                for (int c = 4 * half; c < 4 * half + 4; ++c) w[c] = _mm512_load_si512(dec + 8 * b + c);
                 __m512i sum[NC];
 #pragma GCC unroll 8
-                for (int j = 0; j < NC; ++j) sum[j] = _mm512_madd_epi16(_mm512_set1_epi32(xsums[j]), half ? off_hi : off_lo);
+                for (int k = 0; k < NC; ++k) sum[k] = _mm512_madd_epi16(_mm512_set1_epi32(xsums[k]), q6_K_offset(half));
                 if (half == 0) dot_chunks<NC, 0, 4>(sum, w, xb);
                 else dot_chunks<NC, 4, 4>(sum, w, xb);
+                const __m512 dsc = scales[2 * b + half];
 #pragma GCC unroll 8
-                for (int j = 0; j < NC; ++j) {
-                    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[j]), _mm512_set1_ps(xd[j]));
-                    acc[j / P] = _mm512_fmadd_ps(f, dsc, acc[j / P]);
+                for (int k = 0; k < NC; ++k) {
+                    t[k] = half == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), dsc) : _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k]), dsc, t[k]);
                 }
             }
+#pragma GCC unroll 8
+            for (int k = 0; k < NC; ++k) acc[k / P] = _mm512_fmadd_ps(t[k], _mm512_set1_ps(xd[k]), acc[k / P]);
         }
     }
 #pragma GCC unroll 8
@@ -232,9 +379,9 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
 
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, float*, int64_t);
 
+// [pairs - 1][columns - 1]; odd column counts do not occur with pairs.
 template <template <int, int> class T>
 struct Tiles {
-    // [pairs - 1][columns - 1]; odd column counts do not occur with pairs.
     static constexpr TileFn fn[2][kActTile] = {
         {T<1, 1>::f, T<2, 1>::f, T<3, 1>::f, T<4, 1>::f, T<5, 1>::f, T<6, 1>::f, T<7, 1>::f, T<8, 1>::f},
         {nullptr, T<2, 2>::f, nullptr, T<4, 2>::f, nullptr, T<6, 2>::f, nullptr, T<8, 2>::f},
@@ -248,24 +395,42 @@ template <int NC, int P>
 struct Q6K {
     static constexpr TileFn f = tile_q6_K<NC, P>;
 };
+template <int NC, int P>
+struct Q4KDecoded {
+    static constexpr TileFn f = tile_q4_K_decoded<NC, P>;
+};
+template <int NC, int P>
+struct Q6KDecoded {
+    static constexpr TileFn f = tile_q6_K_decoded<NC, P>;
+};
 
-template <template <int, int> class T>
+template <template <int, int> class T, template <int, int> class TD, void (*kDecode)(const uint8_t*, int64_t, uint8_t*)>
 void gemm(const GemmTask& t) {
     const int64_t nsb = t.K / QK_K;
     const int64_t rows = t.M * t.pairs;
     const size_t tile_bytes = act_tile_bytes(t.K);
+    // One tile: the weights are used once, unpack them on the fly. More: decode each group
+    // once (a few % of the work) and run the tiles over the decoded form.
+    struct alignas(64) Line {
+        uint8_t b[64];
+    };
+    std::unique_ptr<Line[]> dec(rows > kActTile ? new Line[static_cast<size_t>(nsb) * kDecodedBytes / 64] : nullptr);  // uninitialised
+    uint8_t* decoded = dec ? dec[0].b : nullptr;
     for (int64_t g = 0; g < t.n_groups; ++g) {
         const uint8_t* wg = t.w + g * t.w_group_bytes;
+        if (decoded) kDecode(wg, nsb, decoded);
         for (int64_t r0 = 0; r0 < rows; r0 += kActTile) {
             const int nc = static_cast<int>(std::min<int64_t>(kActTile, rows - r0));
-            Tiles<T>::fn[t.pairs - 1][nc - 1](wg, nsb, t.x + (r0 / kActTile) * tile_bytes, t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows,
-                                              t.y_stride);
+            const uint8_t* xt = t.x + (r0 / kActTile) * tile_bytes;
+            float* y = t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows;
+            if (decoded) Tiles<TD>::fn[t.pairs - 1][nc - 1](decoded, nsb, xt, y, t.y_stride);
+            else Tiles<T>::fn[t.pairs - 1][nc - 1](wg, nsb, xt, y, t.y_stride);
         }
     }
 }
 
-constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = quantize_act<KQuantAct::Q4K>, .gemm = gemm<Q4K>};
-constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = quantize_act<KQuantAct::Q6K>, .gemm = gemm<Q6K>};
+constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = quantize_act<KQuantAct::Q4K>, .gemm = gemm<Q4K, Q4KDecoded, decode_q4_K>};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = quantize_act<KQuantAct::Q6K>, .gemm = gemm<Q6K, Q6KDecoded, decode_q6_K>};
 
 }  // namespace
 
