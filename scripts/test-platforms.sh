@@ -112,6 +112,8 @@ if [[ " $PLATFORMS " == *" windows "* ]]; then
   # so that wine passes non-ASCII arguments through intact.
   export WINEPREFIX="${WINEPREFIX:-$HOME/.cache/kiln/wine}" WINEDEBUG=-all LC_ALL=C.UTF-8
   mkdir -p "$(dirname "$WINEPREFIX")"
+  # Made once, before the build runs test discovery under wine from two jobs at a time.
+  [ -d "$WINEPREFIX" ] || wineboot --init >"$LOG/wineboot.log" 2>&1
   if bash scripts/cross-deps.sh x86_64-w64-mingw32 >"$LOG/windows-deps.log" 2>&1 &&
      cmake --preset windows-x64-mingw-cross -DPython3_EXECUTABLE="$KILN_PY" >"$LOG/windows-configure.log" 2>&1 &&
      cmake --build "$B" -j "$JOBS" --target "${UNIT_TESTS[@]}" kiln-cli kiln-gguf >"$LOG/windows-build.log" 2>&1; then

@@ -49,6 +49,7 @@ int run(int argc, char** argv) {
                                         .n_ctx = opts.n_ctx,
                                         .warmup = !opts.no_warmup,
                                         .use_mmap = !opts.no_mmap,
+                                        .repack = !opts.no_repack,
                                         .verbose = opts.verbose});
     std::vector<std::string> errors;
     for (const std::string& path : opts.models) runner.run_model(path, tests, report.results, errors);

@@ -111,6 +111,7 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     kt::metavar(app.add_option("-c,--ctx-size", o.n_ctx, "KV cells of every context (0: just what each test needs)"), "N");
     kt::metavar(app.add_option("-o,--output", output, "results format on stdout: md, csv, json"), "FORMAT");
     kt::metavar(app.add_option("--mmap", mmap, "map the model file (-mmp 0: read it)"), "0|1");
+    app.add_flag("--no-repack", o.no_repack, "keep the weights in the file's layout (no repacking for the CPU kernels)");
     kt::metavar(app.add_option("--n-gpu-layers", n_gpu_layers, "accepted for llama-bench compatibility (-ngl); no GPU backend"), "N");
     kt::metavar(app.add_option("--bandwidth-mib", o.bandwidth_mib, "buffer the bandwidth probe reads (keep it far above the caches)"), "MIB");
     app.add_flag("--bandwidth", o.bandwidth, "measure the streaming read bandwidth first; generation rows show their share of it");

@@ -32,6 +32,7 @@ struct Options {
     bool mem = false;                    // memory columns in the markdown table
     bool no_warmup = false;
     bool no_mmap = false;
+    bool no_repack = false;              // keep the file layout (no packed weights for the CPU kernels)
     bool verbose = false;
 };
 

@@ -283,7 +283,8 @@ void Runner::run_model(const std::string& path, const std::vector<Test>& tests, 
                        std::vector<std::string>& errors) {
     kt::ModelPtr model;
     try {
-        const kt::ModelArgs ma{.path = path, .n_gpu_layers = 0, .mlock = false, .no_mmap = !opts_.use_mmap};
+        const kt::ModelArgs ma{.path = path, .n_gpu_layers = 0, .mlock = false, .no_mmap = !opts_.use_mmap,
+                                 .no_repack = !opts_.repack};
         model = kt::load_model(ma, !opts_.verbose);
     } catch (const std::exception& e) {
         errors.push_back(e.what());

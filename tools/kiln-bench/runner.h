@@ -55,6 +55,7 @@ struct RunnerOptions {
     int32_t n_ctx = 0;      // 0: each context just fits its test
     bool warmup = true;
     bool use_mmap = true;
+    bool repack = true;
     bool verbose = false;
 };
 

@@ -5,13 +5,13 @@
 //    elements are broadcast, B's rows loaded (and converted) as vectors, so
 //    up to 8 query rows convert each V element once and neither operand
 //    is transposed inside the loop. Q K^T therefore wants K transposed, which
-//    k_transpose does once per key block (16 x 16 in-register transposes)
-//    while converting it to float; the block is then reused by every query
-//    row of the tile (n_rep heads x the tokens of the query block).
+//    k_transpose does once per key block while converting it to float (16 x 16
+//    tiles, see k_tile16); the block is then reused by every query row of the
+//    tile (n_rep heads x the tokens of the query block).
 //  * exp: range reduction x = n ln2 + r (|r| <= ln2/2, ln2 split in two
 //    parts), exp(r) = 1 + r + r^2 P(r) with the degree-5 minimax polynomial
-//    of the Cephes expf, then scaling by 2^n; about 1-2 ulp. Inputs below
-//    -87.3 (including -inf) give exactly 0.
+//    of the Cephes expf, then scaling by 2^n; within 4e-7 relative (a few
+//    ulp, tested). Inputs below -87.3 (including -inf) give exactly 0.
 
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 headers trigger -Wmaybe-uninitialized on their own

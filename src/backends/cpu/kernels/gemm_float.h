@@ -44,8 +44,9 @@ float half_row_scale(float amax);
 
 enum class FastPath : uint8_t { F32, Bf16, Half };
 // What fast mode computes through for weight type t on this CPU, the fastest measured:
-// F16: Half with AVX512-FP16, else Bf16. BF16: F32 with AVX512-FP16 (those CPUs issue
-// vdpbf16ps at a quarter of the FMA rate: half the FLOP rate of F32 FMAs), else Bf16.
+// F16: Half with AVX512-FP16, else Bf16 with AVX512_BF16, else F32. BF16: F32 with
+// AVX512-FP16 (those CPUs issue vdpbf16ps at a quarter of the FMA rate: half the FLOP rate
+// of F32 FMAs; measured), else Bf16 with AVX512_BF16, else F32.
 FastPath fast_path(Type t);
 
 namespace detail {

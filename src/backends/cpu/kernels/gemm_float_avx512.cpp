@@ -1,6 +1,7 @@
-// AVX-512 packed GEMM kernels (gemm_float.h) for F16 and BF16 weights (needs AVX512_BF16).
+// AVX-512 packed GEMM kernels (gemm_float.h) for F16 and BF16 weights: one per path
+// (float_gemm::FastPath; which one fast mode runs depends on the CPU, see fast_path).
 //
-// Fast mode (BF16): a 512-bit register holds one 32-bit lane per weight row of a 16-row
+// Fast mode, Bf16 path (CPUs with AVX512_BF16 but not AVX512-FP16): a 512-bit register holds one 32-bit lane per weight row of a 16-row
 // group, two consecutive elements per lane; vdpbf16ps multiplies it with the same two
 // elements of one activation row broadcast to every lane (32 multiply-adds). F16 weights
 // are rounded to BF16 (vcvtph2ps + vcvtne2ps2bf16) once per 64-byte chunk:

@@ -176,7 +176,7 @@ float float_gemm::half_row_scale(float amax) {
 float_gemm::FastPath float_gemm::fast_path(Type t) {
     static const bool fp16 = cpu_has_avx512fp16();  // constant for the process
     if (fp16) return t == Type::F16 ? FastPath::Half : FastPath::F32;
-    return FastPath::Bf16;
+    return cpu_features().avx512bf16 ? FastPath::Bf16 : FastPath::F32;
 }
 
 const PackedKernels* float_gemm::detail::float_scalar(Type t, FastPath p) {
