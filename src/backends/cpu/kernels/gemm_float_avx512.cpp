@@ -40,8 +40,9 @@
 
 #if defined(__AVX512BF16__)
 
-// AVX512-FP16 is enabled per function (target attribute): GCC 12 / clang 14 and later.
-#if (defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12)
+// AVX512-FP16 is enabled per function (target attribute) with GCC 12 and later; clang (14)
+// only declares its intrinsics when the whole file is compiled for it.
+#if defined(__AVX512FP16__) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12)
 #define KILN_HAVE_FP16_TARGET 1
 #else
 #define KILN_HAVE_FP16_TARGET 0
@@ -94,11 +95,6 @@ void act_f32(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
 
 constexpr size_t kPrefetchBytes = 2048;  // how far ahead single-tile kernels prefetch weights
 constexpr int64_t kSlab = 8;             // blocks of 32 columns per converted slab (2 x 8 KiB)
-
-// Activation rows per slice of a large batch: whole tiles, about 1.5 MiB (L2 is 2 MiB).
-inline int64_t act_slice_rows(size_t tile_bytes) {
-    return std::max<int64_t>(1, static_cast<int64_t>((size_t{3} << 19) / tile_bytes)) * kActTile;
-}
 
 inline void prefetch_block(const uint8_t* p) {
 #pragma GCC unroll 16
@@ -206,7 +202,22 @@ void gemm_fast(const GemmTask& t) {
     }
 }
 
+// Lane 2r + e of (lo | hi) is row r, element parity e: the 16 rows' sums.
+inline __m512 add_parities(__m512 lo, __m512 hi) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    return _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi));
+}
+
 // ---- fast, Half (AVX512-FP16) ----
+
+#if KILN_HAVE_FP16_TARGET
+#define KILN_FP16 __attribute__((target("avx512fp16")))
+
+// Activation rows per slice of a large batch: whole tiles, about 1.5 MiB (L2 is 2 MiB).
+inline int64_t act_slice_rows(size_t tile_bytes) {
+    return std::max<int64_t>(1, static_cast<int64_t>((size_t{3} << 19) / tile_bytes)) * kActTile;
+}
 
 inline float hmax(__m512 v) {
     __m256 a = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
@@ -232,16 +243,6 @@ void act_half(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) 
     }
     reinterpret_cast<float*>(tile + bf16_tile_bytes(K))[col] = 1.0f / s;
 }
-
-// Lane 2r + e of (lo | hi) is row r, element parity e: the 16 rows' sums.
-inline __m512 add_parities(__m512 lo, __m512 hi) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    return _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi));
-}
-
-#if KILN_HAVE_FP16_TARGET
-#define KILN_FP16 __attribute__((target("avx512fp16")))
 
 // NG groups (wg_stride bytes apart) x NC rows of one Half tile over nblk blocks; writes or
 // (add) adds y[j * y_stride + 16 g + r] = inv[j] * sum.
