@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "backends/cpu/kernels/gemm.h"
+#include "core/float_convert.h"
 #include "core/quant_blocks.h"
 #include "core/quant_repack.h"
 
@@ -136,7 +137,22 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelParams& p
 
 namespace {
 constexpr size_t kPackAlign = size_t{2} << 20;  // 2 MiB: lets the kernel back the copy with huge pages
+
+
+// The packed F16 fast path sums runs of fp16 products (kernels/gemm_float.h): weights must stay
+// below 511 in magnitude for the runs to stay finite; anything that large is not a normal
+// weight, and such a tensor keeps the file layout (exact F32 sums) instead.
+constexpr float kMaxHalfSumWeight = 256.0f;
+
+bool f16_fits_half_sums(const Tensor& t) {
+    const auto* h = static_cast<const fp16_t*>(t.data);
+    const fp16_t limit = fp32_to_fp16(kMaxHalfSumWeight);  // magnitudes compare as integers
+    for (int64_t i = 0, n = t.nelements(); i < n; ++i) {
+        if ((h[i] & 0x7FFF) >= limit) return false;
+    }
+    return true;
 }
+}  // namespace
 
 void Model::AlignedFree::operator()(uint8_t* p) const { ::operator delete(p, std::align_val_t{kPackAlign}); }
 
@@ -148,7 +164,13 @@ void Model::repack_weights(const ModelParams& params) {
     auto consider = [&](Tensor* t) {
         if (!t || t->layout != Layout::Rows || !t->is_contiguous() || t->ne[2] != 1 || t->ne[3] != 1) return;
         if (std::find(todo.begin(), todo.end(), t) != todo.end()) return;
-        if (can_pack(t->type, t->ne[0], t->ne[1]) && cpu::packed_accelerated(t->type, isa)) todo.push_back(t);
+        if (!can_pack(t->type, t->ne[0], t->ne[1]) || !cpu::packed_accelerated(t->type, isa)) return;
+        if (t->type == Type::F16 && !f16_fits_half_sums(*t)) {
+            std::fprintf(stderr, "kiln: '%s' has F16 weights of magnitude >= %g; kept in the file layout (the packed fast path sums in fp16)\n",
+                         t->name.c_str(), static_cast<double>(kMaxHalfSumWeight));
+            return;
+        }
+        todo.push_back(t);
     };
     for (const LayerWeights& l : w_.layers) {
         for (Tensor* t : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) consider(t);
