@@ -5,6 +5,10 @@
 #include <string>
 #include <utility>
 
+#if defined(KILN_OPENMP)
+#include <omp.h>
+#endif
+
 namespace kiln::cpu {
 namespace {
 // Thrown by barrier() in the threads that did not fail, to unwind them; never escapes run().
@@ -12,8 +16,10 @@ struct Aborted {};
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+#if !defined(KILN_OPENMP)  // with OpenMP, its runtime owns the workers
     threads_.reserve(static_cast<size_t>(n_threads_ - 1));
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+#endif
 }
 
 ThreadPool::~ThreadPool() {
@@ -52,6 +58,25 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     error_ = nullptr;
     aborted_.store(false, std::memory_order_relaxed);
     barrier_count_.store(0, std::memory_order_relaxed);
+    auto call = [&](int ith, int nth) {
+        try {
+            fn(ith, nth);
+        } catch (const Aborted&) {
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(error_mutex_);
+            if (!error_) error_ = std::current_exception();
+            aborted_.store(true, std::memory_order_release);
+        }
+    };
+#if defined(KILN_OPENMP)
+#pragma omp parallel num_threads(n_threads_)
+    {
+#pragma omp single
+        team_.store(omp_get_num_threads(), std::memory_order_release);  // implicit barrier after single
+        call(omp_get_thread_num(), omp_get_num_threads());
+    }
+#else
+    team_.store(n_threads_, std::memory_order_release);
     if (n_threads_ > 1) {
         pending_.store(n_threads_ - 1, std::memory_order_release);
         {
@@ -61,22 +86,17 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
         }
         wake_.notify_all();
     }
-    try {
-        fn(0, n_threads_);
-    } catch (const Aborted&) {
-    } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex_);
-        if (!error_) error_ = std::current_exception();
-        aborted_.store(true, std::memory_order_release);
-    }
+    call(0, n_threads_);
     while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+#endif
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
 void ThreadPool::barrier() {
-    if (n_threads_ == 1) return;
+    const int team = team_.load(std::memory_order_acquire);
+    if (team == 1) return;
     const uint32_t phase = barrier_phase_.load(std::memory_order_acquire);
-    if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == n_threads_ - 1) {
+    if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == team - 1) {
         barrier_count_.store(0, std::memory_order_relaxed);
         barrier_phase_.fetch_add(1, std::memory_order_acq_rel);
         return;

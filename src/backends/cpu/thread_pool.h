@@ -1,7 +1,9 @@
 // The engine's own thread pool: persistent workers that run one function on
 // every thread at once (the caller is thread 0) with a barrier between phases.
 // Graph compute runs all nodes inside one run() call, so threads are woken
-// once per graph rather than once per op.
+// once per graph rather than once per op. Built with KILN_OPENMP, run() is an
+// OpenMP parallel region instead (the OpenMP runtime keeps the workers), with
+// the same barrier and exception handling.
 #pragma once
 
 #include <atomic>
@@ -41,6 +43,7 @@ private:
     bool stop_ = false;
     // Sense-reversing barrier.
     std::atomic<int> barrier_count_{0};
+    std::atomic<int> team_{1};  // threads in the current run() (OpenMP may grant fewer than asked)
     std::atomic<uint32_t> barrier_phase_{0};
     std::atomic<bool> aborted_{false};  // a thread threw: barriers release everyone
     std::exception_ptr error_;
