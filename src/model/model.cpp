@@ -188,6 +188,24 @@ void Model::repack_weights(const ModelParams& params) {
     // Tensors are packed in order, each split by row groups over the machine's threads (first
     // touches of the new memory are page faults; doing them in parallel roughly halves the time).
     const int n_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+    // Gives the file's pages in [p, p + n) back (whole pages only): nothing reads the file layout
+    // of a packed tensor again.
+    auto release_pages = [this](const void* p, size_t n) {
+#if !defined(_WIN32)
+        if (!file_.is_mmapped()) return;
+        const auto page = static_cast<uintptr_t>(4096);
+        const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+        const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+        // Replaced by an inaccessible anonymous reservation rather than madvise(MADV_DONTNEED):
+        // file pages the kernel maps in large folios came back with DONTNEED, this drops
+        // them for certain (and turns any stray read of the old layout into a fault).
+        if (b > a) ::mmap(reinterpret_cast<void*>(a), b - a, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+#else
+        (void)p;
+        (void)n;
+#endif
+    };
+    std::vector<std::pair<uintptr_t, uintptr_t>> released;
     size_t off = 0;
     for (Tensor* t : todo) {
         uint8_t* dst = packed_.get() + off;
@@ -206,16 +224,8 @@ void Model::repack_weights(const ModelParams& params) {
         pack_part(0);
         for (auto& w : workers) w.join();
         const size_t n = t->nbytes();
-#if !defined(_WIN32)
-        // Give the mapped pages of the original back (whole pages inside the tensor only; a
-        // read-only private mapping re-reads them from the file if ever touched again).
-        if (file_.is_mmapped()) {
-            const auto page = static_cast<uintptr_t>(4096);
-            const uintptr_t a = (reinterpret_cast<uintptr_t>(src) + page - 1) / page * page;
-            const uintptr_t b = (reinterpret_cast<uintptr_t>(src) + n) / page * page;
-            if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
-        }
-#endif
+        release_pages(src, n);
+        released.emplace_back(reinterpret_cast<uintptr_t>(src), reinterpret_cast<uintptr_t>(src) + n);
         t->data = dst;
         t->layout = Layout::Packed16;
         off += (n + 63) / 64 * 64;
@@ -225,6 +235,14 @@ void Model::repack_weights(const ModelParams& params) {
         }
     }
     packed_bytes_ = off;
+    // Again over the merged ranges: pages shared by two neighbouring packed tensors, and pages
+    // that fault-around mapped back in while later tensors were read, go too.
+    std::sort(released.begin(), released.end());
+    for (size_t i = 0; i < released.size();) {
+        uintptr_t a = released[i].first, b = released[i].second;
+        for (++i; i < released.size() && released[i].first <= b + 64; ++i) b = std::max(b, released[i].second);
+        release_pages(reinterpret_cast<const void*>(a), b - a);
+    }
 #if !defined(_WIN32)
     if (params.use_mlock && ::mlock(packed_.get(), off) != 0) {
         std::fprintf(stderr, "kiln: warning: mlock of the repacked weights failed (raise RLIMIT_MEMLOCK?); continuing unlocked\n");
