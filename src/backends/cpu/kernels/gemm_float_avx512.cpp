@@ -93,7 +93,7 @@ void act_f32(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
     }
 }
 
-constexpr size_t kPrefetchBytes = 2048;  // how far ahead single-tile kernels prefetch weights
+constexpr size_t kPrefetchBytes = 4096;  // how far ahead single-tile kernels prefetch weights
 constexpr int64_t kSlab = 8;             // blocks of 32 columns per converted slab (2 x 8 KiB)
 
 inline void prefetch_block(const uint8_t* p) {

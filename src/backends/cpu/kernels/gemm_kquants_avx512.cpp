@@ -99,7 +99,7 @@ void quantize_act(const float* x, int64_t K, int32_t /*offset*/, uint8_t* tile, 
 
 // Generation tiles prefetch the next super-block while they compute one (1 or 2 blocks
 // ahead measured the same).
-constexpr size_t kPrefetchBlocks = 1;
+constexpr size_t kPrefetchBlocks = 2;
 
 template <size_t kBytes>
 inline void prefetch_ahead(const uint8_t* blk) {
