@@ -37,6 +37,7 @@
 #include <cstring>
 
 #include "backends/cpu/kernels/gemm_float.h"
+#include "backends/cpu/kernels/reduce_avx512.h"
 
 #if defined(__AVX512BF16__)
 
@@ -217,14 +218,6 @@ inline __m512 add_parities(__m512 lo, __m512 hi) {
 // Activation rows per slice of a large batch: whole tiles, about 1.5 MiB (L2 is 2 MiB).
 inline int64_t act_slice_rows(size_t tile_bytes) {
     return std::max<int64_t>(1, static_cast<int64_t>((size_t{3} << 19) / tile_bytes)) * kActTile;
-}
-
-inline float hmax(__m512 v) {
-    __m256 a = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 b = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_max_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_max_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
 }
 
 // Column col of a Half tile: the row scaled by a power of two, rounded to fp16 (vcvtps2ph,
