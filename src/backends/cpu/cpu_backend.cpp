@@ -120,6 +120,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         ctx.barrier = [this] { pool_.barrier(); };
         ctx.scratch = scratch_.data();
         ctx.scratch_size = scratch_.size();
+        ctx.work_counter = &work_counter_;
         for (const Tensor* n : nodes) {
             const OpFn fn = op_fn(n->op);
             if (!fn) continue;  // views: nothing to compute

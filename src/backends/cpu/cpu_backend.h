@@ -2,6 +2,8 @@
 // the instruction set chosen at run time.
 #pragma once
 
+#include <atomic>
+
 #include <memory>
 #include <vector>
 
@@ -32,6 +34,7 @@ private:
     MatmulPrecision precision_;
     ThreadPool pool_;
     std::vector<uint8_t> scratch_;  // grows to the largest need seen
+    std::atomic<int64_t> work_counter_{0};  // ComputeContext::work_counter
 };
 
 }  // namespace kiln::cpu

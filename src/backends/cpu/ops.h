@@ -4,6 +4,7 @@
 // Ops must not throw: the CPU backend validates nodes before computing.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -19,6 +20,9 @@ struct ComputeContext {
     uint8_t* scratch = nullptr;     // shared scratch, scratch_bytes(node) bytes (set per node)
     size_t scratch_size = 0;
     bool precise = false;           // MulMat: two-pass (residual) activations, see MatmulPrecision
+    // Shared by all threads: ops that hand out work in chunks (MulMat) claim them from it.
+    // Thread 0 resets it before the op's first internal barrier; null: static split.
+    std::atomic<int64_t>* work_counter = nullptr;
 };
 
 // Rows [begin, end) of n that thread ith of nth handles.

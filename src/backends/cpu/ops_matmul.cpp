@@ -75,6 +75,13 @@ size_t scratch_bytes(const Tensor& node, int nth, bool precise) {
 
 namespace {
 
+// Groups (of kPackRows weight rows) per claimed chunk: about 8 chunks per thread so that
+// uneven threads even out, and at most 16 groups so a chunk stays a short stretch of
+// weights (16 groups of a 2048-wide Q4_0 matrix are 288 KiB).
+int64_t matmul_chunk_groups(int64_t n_groups, int nth) {
+    return std::clamp<int64_t>(n_groups / (8 * static_cast<int64_t>(nth)), 1, 16);
+}
+
 // Weights in a packed layout: activations become q8 rows (two per row in precise mode: the
 // row and its quantization residual, summed by the kernel; F16/BF16 weights: BF16 or F32
 // rows, see packed_plan), then each thread computes its
@@ -95,23 +102,36 @@ void mul_mat_packed(const Tensor& t, ComputeContext& ctx) {
         pk.quantize_act(reinterpret_cast<const float*>(x.row(i1, i2, i3)), K, pk.offset,
                         ctx.scratch + static_cast<size_t>(a / kActTile) * tile_bytes, static_cast<int>(a % kActTile), pairs == 2);
     }
-    ctx.barrier();
-    // Split the groups evenly; every thread streams its own slice of the weights.
     const int64_t n_groups = N / kPackRows;
-    int64_t g0, g1;
-    split_rows(n_groups, ctx.ith, ctx.nth, g0, g1);
-    if (g0 >= g1) return;
+    const int64_t chunk = matmul_chunk_groups(n_groups, ctx.nth);
+    if (ctx.work_counter && ctx.ith == 0) ctx.work_counter->store(0, std::memory_order_relaxed);
+    ctx.barrier();  // activations ready (and the counter reset) for every thread
     const size_t group_bytes = row_size(w.type, K) * kPackRows;
-    GemmTask task{.K = K,
-                  .w = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(g0) * group_bytes,
-                  .w_group_bytes = group_bytes,
-                  .n_groups = g1 - g0,
-                  .x = ctx.scratch,
-                  .M = M,
-                  .pairs = pairs,
-                  .y = static_cast<float*>(t.data) + g0 * kPackRows,
-                  .y_stride = static_cast<int64_t>(t.nb[1] / sizeof(float))};
-    pk.gemm(task);
+    auto run = [&](int64_t g0, int64_t g1) {
+        GemmTask task{.K = K,
+                      .w = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(g0) * group_bytes,
+                      .w_group_bytes = group_bytes,
+                      .n_groups = g1 - g0,
+                      .x = ctx.scratch,
+                      .M = M,
+                      .pairs = pairs,
+                      .y = static_cast<float*>(t.data) + g0 * kPackRows,
+                      .y_stride = static_cast<int64_t>(t.nb[1] / sizeof(float))};
+        pk.gemm(task);
+    };
+    if (!ctx.work_counter) {  // no shared counter: an even static split
+        int64_t g0, g1;
+        split_rows(n_groups, ctx.ith, ctx.nth, g0, g1);
+        if (g0 < g1) run(g0, g1);
+        return;
+    }
+    // Chunks of groups claimed in order from the shared counter: a thread that the VM or
+    // the memory system slows down takes fewer chunks instead of holding up the barrier.
+    for (;;) {
+        const int64_t g0 = ctx.work_counter->fetch_add(chunk, std::memory_order_relaxed);
+        if (g0 >= n_groups) break;
+        run(g0, std::min(n_groups, g0 + chunk));
+    }
 }
 
 }  // namespace
