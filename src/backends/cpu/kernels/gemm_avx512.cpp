@@ -95,9 +95,11 @@ constexpr size_t kPrefetchBytes = 4096;  // how far ahead generation tiles prefe
 template <bool kQ4, int NC, int P>
 void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, float* y, int64_t y_stride) {
     constexpr int NO = NC / P;
-    __m512 acc[NO];
+    // One accumulator per activation row, pairs added at the end: with one per output the
+    // pair's FMAs would form a single dependency chain (precise generation waited on it).
+    __m512 acc[NC];
 #pragma GCC unroll 8
-    for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
+    for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
 #pragma GCC unroll 1
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = wg + b * Layout<kQ4>::kBlockBytes;
@@ -127,11 +129,11 @@ void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, float* y, int64_t y_
 #pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) {
             const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[j]), _mm512_set1_ps(xd[j]));
-            acc[j / P] = _mm512_fmadd_ps(f, dw, acc[j / P]);
+            acc[j] = _mm512_fmadd_ps(f, dw, acc[j]);
         }
     }
 #pragma GCC unroll 8
-    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, P == 2 ? _mm512_add_ps(acc[P * o], acc[P * o + 1]) : acc[P * o]);
 }
 
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, float*, int64_t);

@@ -175,15 +175,28 @@ inline void q6_K_weights(const block_q6_Kx16* blk, int b, __m512i (&w)[8]) {
 // -32 * low or -32 * high: the offset of the Q6_K quants of sub-block 2b or 2b + 1.
 inline __m512i q6_K_offset(int half) { return _mm512_set1_epi32(half ? static_cast<int>(0xFFE00000u) : 0x0000FFE0); }
 
+// Output o of a tile from its per-row accumulators (P == 2: a row and its residual row).
+// Kernels keep one accumulator per activation row rather than per output: a pair sharing
+// one would put all its FMAs into one dependency chain, which bound precise generation.
+template <int P>
+inline __m512 output(const __m512* acc, int o) {
+    return P == 2 ? _mm512_add_ps(acc[P * o], acc[P * o + 1]) : acc[P * o];
+}
+
 // ---- direct kernels: one group of 16 weight rows x the NC activation rows of one tile
 // (NC / P outputs), unpacking the weights on the fly (generation; prompts of <= 8 rows).
 
 template <int NC, int P>
 void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     constexpr int NO = NC / P;
-    __m512 acc[NO];
+    // Generation (NC <= 2) also gives the min terms their own accumulators: two short
+    // dependency chains per row instead of one of twice the length.
+    constexpr bool kSplitMin = NC <= 2;
+    __m512 acc[NC], accm[kSplitMin ? NC : 1];
 #pragma GCC unroll 8
-    for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
+    for (int k = 0; k < NC; ++k) acc[k] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int k = 0; k < (kSplitMin ? NC : 1); ++k) accm[k] = _mm512_setzero_ps();
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
@@ -205,21 +218,26 @@ void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
 #pragma GCC unroll 8
             for (int k = 0; k < NC; ++k) {
                 const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(xd[k]));
-                acc[k / P] = _mm512_fmadd_ps(f, dsc[j], acc[k / P]);
-                acc[k / P] = _mm512_fnmadd_ps(dmn[j], _mm512_set1_ps(xsum[k]), acc[k / P]);
+                acc[k] = _mm512_fmadd_ps(f, dsc[j], acc[k]);
+                if constexpr (kSplitMin) accm[k] = _mm512_fnmadd_ps(dmn[j], _mm512_set1_ps(xsum[k]), accm[k]);
+                else acc[k] = _mm512_fnmadd_ps(dmn[j], _mm512_set1_ps(xsum[k]), acc[k]);
             }
         }
     }
+    if constexpr (kSplitMin) {
 #pragma GCC unroll 8
-    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
+        for (int k = 0; k < NC; ++k) acc[k] = _mm512_add_ps(acc[k], accm[k]);
+    }
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, output<P>(acc, o));
 }
 
 template <int NC, int P>
 void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     constexpr int NO = NC / P;
-    __m512 acc[NO];
+    __m512 acc[NC];
 #pragma GCC unroll 8
-    for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
+    for (int k = 0; k < NC; ++k) acc[k] = _mm512_setzero_ps();
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
@@ -244,13 +262,13 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
 #pragma GCC unroll 8
                 for (int k = 0; k < NC; ++k) {
                     const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(xd[k]));
-                    acc[k / P] = _mm512_fmadd_ps(f, dsc, acc[k / P]);
+                    acc[k] = _mm512_fmadd_ps(f, dsc, acc[k]);
                 }
             }
         }
     }
 #pragma GCC unroll 8
-    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, output<P>(acc, o));
 }
 
 // ---- decoded-group kernels (prompts): a group's weights are unpacked once into 8-bit
@@ -293,9 +311,9 @@ template <int NC, int P>
 void tile_q4_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     constexpr int NO = NC / P;
     const auto* dec = reinterpret_cast<const __m512i*>(decoded);
-    __m512 acc[NO];
+    __m512 acc[NC];
 #pragma GCC unroll 8
-    for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
+    for (int k = 0; k < NC; ++k) acc[k] = _mm512_setzero_ps();
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb, dec += kDecodedBytes / 64) {
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
@@ -316,22 +334,22 @@ void tile_q4_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, f
 #pragma GCC unroll 8
             for (int k = 0; k < NC; ++k) {
                 const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(xd[k]));
-                acc[k / P] = _mm512_fmadd_ps(f, dsc, acc[k / P]);
-                acc[k / P] = _mm512_fnmadd_ps(dmn, _mm512_set1_ps(xsum[k]), acc[k / P]);
+                acc[k] = _mm512_fmadd_ps(f, dsc, acc[k]);
+                acc[k] = _mm512_fnmadd_ps(dmn, _mm512_set1_ps(xsum[k]), acc[k]);
             }
         }
     }
 #pragma GCC unroll 8
-    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, output<P>(acc, o));
 }
 
 template <int NC, int P>
 void tile_q6_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     constexpr int NO = NC / P;
     const auto* dec = reinterpret_cast<const __m512i*>(decoded);
-    __m512 acc[NO];
+    __m512 acc[NC];
 #pragma GCC unroll 8
-    for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
+    for (int k = 0; k < NC; ++k) acc[k] = _mm512_setzero_ps();
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb, dec += kDecodedBytes / 64) {
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
@@ -360,11 +378,11 @@ void tile_q6_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, f
                 }
             }
 #pragma GCC unroll 8
-            for (int k = 0; k < NC; ++k) acc[k / P] = _mm512_fmadd_ps(t[k], _mm512_set1_ps(xd[k]), acc[k / P]);
+            for (int k = 0; k < NC; ++k) acc[k] = _mm512_fmadd_ps(t[k], _mm512_set1_ps(xd[k]), acc[k]);
         }
     }
 #pragma GCC unroll 8
-    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, output<P>(acc, o));
 }
 
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, float*, int64_t);
