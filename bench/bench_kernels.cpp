@@ -241,7 +241,7 @@ void register_attention() {
         const char* name;
         int64_t n_tokens, n_kv;
     };
-    for (const Shape& sh : {Shape{"tg1_kv4096", 1, 4096}, Shape{"pp512_kv512", 512, 512}}) {
+    for (const Shape& sh : {Shape{"tg1_kv4096", 1, 4096}, Shape{"tg1_kv512", 1, 512}, Shape{"pp512_kv512", 512, 512}}) {
         const std::string base = std::string("attn_") + sh.name + "/f16/";
         benchmark::RegisterBenchmark((base + "rowwise_before/t1").c_str(), BM_attention, std::nullopt, sh.n_tokens,
                                      sh.n_kv, 1)

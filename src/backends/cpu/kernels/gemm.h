@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "backends/cpu/kernels/kernels.h"
 #include "core/types.h"
@@ -27,6 +28,36 @@ constexpr size_t kActBlockBytes = kActTile * (32 + sizeof(float) + sizeof(int32_
 inline size_t act_tile_bytes(int64_t K) { return static_cast<size_t>(K / 32) * kActBlockBytes; }
 // Bytes for `rows` activation rows.
 inline size_t act_bytes(int64_t K, int64_t rows) { return act_tile_bytes(K) * static_cast<size_t>((rows + kActTile - 1) / kActTile); }
+
+// What the third field of an activation tile block holds: each weight family reads the block
+// sums it needs there (see gemm_kquants_scalar.cpp for the K-quants).
+enum class ActAux : uint8_t {
+    Corr,  // int32 -offset * sum(q): q4_0 / q8_0, whose packed quants carry an offset
+    Q4K,   // float d * sum(q): the min term of a Q4_K sub-block in one FMA
+    Q6K,   // two int16, the sums of quants 0..15 and 16..31: the offset 32 of each Q6_K sub-block
+};
+// Writes column col's third field of a tile block from the column's d and the sums of its
+// quants 0..15 (lo) and 16..31 (hi).
+inline void write_act_aux(uint8_t* blk, int col, ActAux kind, int32_t offset, float d, int32_t lo, int32_t hi) {
+    uint8_t* aux = blk + 36 * kActTile + 4 * col;
+    switch (kind) {
+        case ActAux::Corr: {
+            const int32_t corr = -offset * (lo + hi);
+            std::memcpy(aux, &corr, 4);
+            return;
+        }
+        case ActAux::Q4K: {
+            const float s = d * static_cast<float>(lo + hi);
+            std::memcpy(aux, &s, 4);
+            return;
+        }
+        case ActAux::Q6K: {
+            const uint32_t pair = static_cast<uint16_t>(lo) | (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16);
+            std::memcpy(aux, &pair, 4);
+            return;
+        }
+    }
+}
 
 struct GemmTask {
     int64_t K = 0;               // elements per row (weights and activations)
@@ -79,7 +110,20 @@ inline const PackedKernels* packed_kernels(Type t) { return packed_kernels(t, se
 bool packed_accelerated(Type t, Isa isa);
 
 namespace detail {
+// Converts one row of K floats into column col of an activation tile (with_resid: its
+// quantization residual into col + 1), third field of `kind`; PackedKernels::quantize_act
+// of every packed type is one of these. Both round alike (x * (1/d), to nearest even), so
+// their tiles are identical (tested).
+void quantize_act_scalar(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
+#if defined(KILN_ARCH_X86)
+void quantize_act_avx512(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
+#endif
 const PackedKernels* packed_scalar(Type t);
+// PackedKernels::quantize_act of one tile kind, from one of the quantizers above.
+template <void (*kQuantize)(ActAux, const float*, int64_t, int32_t, uint8_t*, int, bool), ActAux kKind>
+void quantize_act_as(const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    kQuantize(kKind, x, K, offset, tile, col, with_resid);
+}
 #if defined(KILN_ARCH_X86)
 const PackedKernels* packed_avx512(Type t, const CpuFeatures& f);
 #endif

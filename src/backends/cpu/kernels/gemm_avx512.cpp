@@ -26,44 +26,6 @@ namespace {
 
 
 
-// Quantizes 32 floats (v0, v1) into column col of a tile block; rounding as the scalar
-// reference (x * (1/d), round to nearest even), so both produce identical tiles.
-inline void quantize32(__m512 v0, __m512 v1, uint8_t* blk, int col, int32_t offset, __m512i& i0, __m512i& i1, float& d) {
-    const __m512 a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
-    const float amax = hmax(a);
-    d = amax / 127.0f;
-    const float id = d > 0 ? 1.0f / d : 0.0f;
-    const __m512i lim = _mm512_set1_epi32(127);
-    const __m512i nlim = _mm512_set1_epi32(-127);
-    i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-    i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-    i0 = _mm512_max_epi32(_mm512_min_epi32(i0, lim), nlim);
-    i1 = _mm512_max_epi32(_mm512_min_epi32(i1, lim), nlim);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * col), _mm512_cvtepi32_epi8(i0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * col + 16), _mm512_cvtepi32_epi8(i1));
-    reinterpret_cast<float*>(blk + 32 * kActTile)[col] = d;
-    reinterpret_cast<int32_t*>(blk + 36 * kActTile)[col] = -offset * hsum(_mm512_add_epi32(i0, i1));
-}
-
-void quantize_act(const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
-    for (int64_t b = 0; b < K / 32; ++b) {
-        uint8_t* blk = tile + b * kActBlockBytes;
-        const __m512 v0 = _mm512_loadu_ps(x + 32 * b);
-        const __m512 v1 = _mm512_loadu_ps(x + 32 * b + 16);
-        __m512i i0, i1;
-        float d;
-        quantize32(v0, v1, blk, col, offset, i0, i1, d);
-        if (with_resid) {
-            const __m512 vd = _mm512_set1_ps(d);
-            const __m512 r0 = _mm512_sub_ps(v0, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i0)));
-            const __m512 r1 = _mm512_sub_ps(v1, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i1)));
-            __m512i j0, j1;
-            float d2;
-            quantize32(r0, r1, blk, col + 1, offset, j0, j1, d2);
-        }
-    }
-}
-
 // Weight block layouts: fp16 d[16], then 64-byte chunks (4 packed nibble chunks for q4_0,
 // 8 byte chunks for q8_0). After unpacking, register c holds elements 4c..4c+3 of each row,
 // matching activation dword c of the block.
@@ -169,12 +131,44 @@ void gemm(const GemmTask& t) {
     }
 }
 
-constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = quantize_act, .gemm = gemm<true>};
-constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = quantize_act, .gemm = gemm<false>};
+constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm<true>};
+constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm<false>};
 
 }  // namespace
 
 namespace detail {
+
+void quantize_act_avx512(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    // 32 floats (v0, v1) into column c of a tile block; rounding as the scalar reference
+    // (x * (1/d), round to nearest even), so both produce identical tiles.
+    auto block = [&](__m512 v0, __m512 v1, uint8_t* blk, int c, __m512i& i0, __m512i& i1) {
+        const float d = hmax(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / 127.0f;
+        const float id = d > 0 ? 1.0f / d : 0.0f;
+        const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+        i0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id))), lim), nlim);
+        i1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id))), lim), nlim);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c), _mm512_cvtepi32_epi8(i0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c + 16), _mm512_cvtepi32_epi8(i1));
+        reinterpret_cast<float*>(blk + 32 * kActTile)[c] = d;
+        if (kind == ActAux::Q6K) write_act_aux(blk, c, kind, offset, d, hsum(i0), hsum(i1));
+        else write_act_aux(blk, c, kind, offset, d, hsum(_mm512_add_epi32(i0, i1)), 0);
+        return d;
+    };
+    for (int64_t b = 0; b < K / 32; ++b) {
+        uint8_t* blk = tile + b * kActBlockBytes;
+        const __m512 v0 = _mm512_loadu_ps(x + 32 * b);
+        const __m512 v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        __m512i i0, i1;
+        const float d = block(v0, v1, blk, col, i0, i1);
+        if (with_resid) {
+            const __m512 vd = _mm512_set1_ps(d);
+            const __m512 r0 = _mm512_sub_ps(v0, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i0)));
+            const __m512 r1 = _mm512_sub_ps(v1, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i1)));
+            block(r0, r1, blk, col + 1, i0, i1);
+        }
+    }
+}
+
 const PackedKernels* packed_avx512(Type t, const CpuFeatures& f) {
     if (!f.avx512vnni) return nullptr;
     switch (t) {

@@ -24,64 +24,14 @@
 #endif
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 
 #include "backends/cpu/kernels/gemm.h"
-#include "backends/cpu/kernels/reduce_avx512.h"
-#include "backends/cpu/kernels/gemm_kquants.h"
 #include "core/quant_blocks.h"
 
 namespace kiln::cpu {
 namespace {
 
-
-// Quantizes 32 floats (v0, v1) into column col of a tile block with the aux field of kind;
-// rounding as the scalar reference (x * (1/d), round to nearest even), so both produce
-// identical tiles.
-inline void quantize32(__m512 v0, __m512 v1, uint8_t* blk, int col, KQuantAct kind, __m512i& i0, __m512i& i1, float& d) {
-    const float amax = hmax(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    d = amax / 127.0f;
-    const float id = d > 0 ? 1.0f / d : 0.0f;
-    const __m512i lim = _mm512_set1_epi32(127);
-    const __m512i nlim = _mm512_set1_epi32(-127);
-    i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-    i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-    i0 = _mm512_max_epi32(_mm512_min_epi32(i0, lim), nlim);
-    i1 = _mm512_max_epi32(_mm512_min_epi32(i1, lim), nlim);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * col), _mm512_cvtepi32_epi8(i0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * col + 16), _mm512_cvtepi32_epi8(i1));
-    reinterpret_cast<float*>(blk + 32 * kActTile)[col] = d;
-    const int32_t s0 = hsum(i0), s1 = hsum(i1);
-    uint8_t* aux = blk + 36 * kActTile + 4 * col;
-    if (kind == KQuantAct::Q4K) {
-        const float s = d * static_cast<float>(s0 + s1);
-        std::memcpy(aux, &s, 4);
-    } else {
-        const uint32_t pair = static_cast<uint16_t>(s0) | (static_cast<uint32_t>(static_cast<uint16_t>(s1)) << 16);
-        std::memcpy(aux, &pair, 4);
-    }
-}
-
-template <KQuantAct kKind>
-void quantize_act(const float* x, int64_t K, int32_t /*offset*/, uint8_t* tile, int col, bool with_resid) {
-    for (int64_t b = 0; b < K / 32; ++b) {
-        uint8_t* blk = tile + b * kActBlockBytes;
-        const __m512 v0 = _mm512_loadu_ps(x + 32 * b);
-        const __m512 v1 = _mm512_loadu_ps(x + 32 * b + 16);
-        __m512i i0, i1;
-        float d;
-        quantize32(v0, v1, blk, col, kKind, i0, i1, d);
-        if (with_resid) {
-            const __m512 vd = _mm512_set1_ps(d);
-            const __m512 r0 = _mm512_sub_ps(v0, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i0)));
-            const __m512 r1 = _mm512_sub_ps(v1, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i1)));
-            __m512i j0, j1;
-            float d2;
-            quantize32(r0, r1, blk, col + 1, kKind, j0, j1, d2);
-        }
-    }
-}
 
 // Generation tiles prefetch the next super-block while they compute one (1 or 2 blocks
 // ahead measured the same).
@@ -437,8 +387,8 @@ void gemm(const GemmTask& t) {
     }
 }
 
-constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = quantize_act<KQuantAct::Q4K>, .gemm = gemm<Q4K, Q4KDecoded, decode_q4_K>};
-constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = quantize_act<KQuantAct::Q6K>, .gemm = gemm<Q6K, Q6KDecoded, decode_q6_K>};
+constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q4K>, .gemm = gemm<Q4K, Q4KDecoded, decode_q4_K>};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K>, .gemm = gemm<Q6K, Q6KDecoded, decode_q6_K>};
 
 }  // namespace
 

@@ -15,53 +15,11 @@
 #include <cstring>
 
 #include "backends/cpu/kernels/gemm.h"
-#include "backends/cpu/kernels/gemm_kquants.h"
 #include "core/float_convert.h"
 #include "core/quant_blocks.h"
 
 namespace kiln::cpu {
 namespace {
-
-// Quantizes 32 floats to int8 with one scale (round to nearest even, as the SIMD versions)
-// into column col of a tile block, with the aux field of `kind`.
-void quantize_block(const float* x, uint8_t* blk, int col, KQuantAct kind) {
-    float amax = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float d = amax / 127.0f;
-    const float id = d > 0 ? 1.0f / d : 0.0f;
-    auto* q = reinterpret_cast<int8_t*>(blk + 32 * col);
-    int32_t sum[2] = {0, 0};
-    for (int i = 0; i < 32; ++i) {
-        const float v = std::nearbyint(x[i] * id);
-        q[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-        sum[i / 16] += q[i];
-    }
-    reinterpret_cast<float*>(blk + 32 * kActTile)[col] = d;
-    uint8_t* aux = blk + 36 * kActTile + 4 * col;
-    if (kind == KQuantAct::Q4K) {
-        const float s = d * static_cast<float>(sum[0] + sum[1]);
-        std::memcpy(aux, &s, 4);
-    } else {
-        const auto lo = static_cast<uint16_t>(sum[0]), hi = static_cast<uint16_t>(sum[1]);
-        const uint32_t pair = lo | (static_cast<uint32_t>(hi) << 16);
-        std::memcpy(aux, &pair, 4);
-    }
-}
-
-template <KQuantAct kKind>
-void quantize_act_ref(const float* x, int64_t K, int32_t /*offset*/, uint8_t* tile, int col, bool with_resid) {
-    for (int64_t b = 0; b < K / 32; ++b) {
-        uint8_t* blk = tile + b * kActBlockBytes;
-        quantize_block(x + 32 * b, blk, col, kKind);
-        if (with_resid) {
-            const float d = reinterpret_cast<const float*>(blk + 32 * kActTile)[col];
-            const auto* q = reinterpret_cast<const int8_t*>(blk + 32 * col);
-            float r[32];
-            for (int i = 0; i < 32; ++i) r[i] = x[32 * b + i] - d * static_cast<float>(q[i]);
-            quantize_block(r, blk, col + 1, kKind);
-        }
-    }
-}
 
 // Byte j of row r's interleaved array.
 inline uint8_t byte_of(const uint8_t* a, int j, int r) { return a[interleaved_offset(j, r)]; }
@@ -137,8 +95,8 @@ void gemm_ref(const GemmTask& t) {
     }
 }
 
-constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = quantize_act_ref<KQuantAct::Q4K>, .gemm = gemm_ref<block_q4_Kx16, dot_q4_K>};
-constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = quantize_act_ref<KQuantAct::Q6K>, .gemm = gemm_ref<block_q6_Kx16, dot_q6_K>};
+constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q4K>, .gemm = gemm_ref<block_q4_Kx16, dot_q4_K>};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q6K>, .gemm = gemm_ref<block_q6_Kx16, dot_q6_K>};
 
 }  // namespace
 

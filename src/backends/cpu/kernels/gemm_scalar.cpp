@@ -11,38 +11,6 @@
 namespace kiln::cpu {
 namespace {
 
-// Quantizes 32 floats to int8 with one scale (round to nearest even, as the SIMD versions)
-// into column col of a tile block.
-void quantize_block(const float* x, uint8_t* blk, int col, int32_t offset) {
-    float amax = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float d = amax / 127.0f;
-    const float id = d > 0 ? 1.0f / d : 0.0f;
-    auto* q = reinterpret_cast<int8_t*>(blk + 32 * col);
-    int32_t sum = 0;
-    for (int i = 0; i < 32; ++i) {
-        const float v = std::nearbyint(x[i] * id);
-        q[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-        sum += q[i];
-    }
-    reinterpret_cast<float*>(blk + 32 * kActTile)[col] = d;
-    reinterpret_cast<int32_t*>(blk + 36 * kActTile)[col] = -offset * sum;
-}
-
-void quantize_act_ref(const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
-    for (int64_t b = 0; b < K / 32; ++b) {
-        uint8_t* blk = tile + b * kActBlockBytes;
-        quantize_block(x + 32 * b, blk, col, offset);
-        if (with_resid) {
-            const float d = reinterpret_cast<const float*>(blk + 32 * kActTile)[col];
-            const auto* q = reinterpret_cast<const int8_t*>(blk + 32 * col);
-            float r[32];
-            for (int i = 0; i < 32; ++i) r[i] = x[32 * b + i] - d * static_cast<float>(q[i]);
-            quantize_block(r, blk, col + 1, offset);
-        }
-    }
-}
-
 // The stored (unsigned, offset) quant of element i of row r in one x16 block.
 struct Q4_0x16 {
     using Block = block_q4_0x16;
@@ -86,12 +54,42 @@ void gemm_ref(const GemmTask& t) {
     }
 }
 
-constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = quantize_act_ref, .gemm = gemm_ref<Q4_0x16>};
-constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = quantize_act_ref, .gemm = gemm_ref<Q8_0x16>};
+constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Corr>, .gemm = gemm_ref<Q4_0x16>};
+constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Corr>, .gemm = gemm_ref<Q8_0x16>};
 
 }  // namespace
 
 namespace detail {
+
+void quantize_act_scalar(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    // One 32-element block into column c: int8 quants with one scale, then the third field.
+    auto block = [&](const float* v, uint8_t* blk, int c) {
+        float amax = 0;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+        const float d = amax / 127.0f;
+        const float id = d > 0 ? 1.0f / d : 0.0f;
+        auto* q = reinterpret_cast<int8_t*>(blk + 32 * c);
+        int32_t sum[2] = {0, 0};
+        for (int i = 0; i < 32; ++i) {
+            q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] * id), -127.0f, 127.0f));
+            sum[i / 16] += q[i];
+        }
+        reinterpret_cast<float*>(blk + 32 * kActTile)[c] = d;
+        write_act_aux(blk, c, kind, offset, d, sum[0], sum[1]);
+    };
+    for (int64_t b = 0; b < K / 32; ++b) {
+        uint8_t* blk = tile + b * kActBlockBytes;
+        block(x + 32 * b, blk, col);
+        if (with_resid) {
+            const float d = reinterpret_cast<const float*>(blk + 32 * kActTile)[col];
+            const auto* q = reinterpret_cast<const int8_t*>(blk + 32 * col);
+            float r[32];
+            for (int i = 0; i < 32; ++i) r[i] = x[32 * b + i] - d * static_cast<float>(q[i]);
+            block(r, blk, col + 1);
+        }
+    }
+}
+
 const PackedKernels* packed_scalar(Type t) {
     switch (t) {
         case Type::Q4_0: return &kQ4_0;
