@@ -7,7 +7,8 @@
 #   cross-e2e.sh windows HOST_BUILD MINGW_BUILD
 #     kiln-cli.exe under wine generates from a model and a prompt file whose
 #     paths contain spaces and non-ASCII characters, the same text as x86-64
-#     Linux, and kiln-gguf.exe reads the model through the Windows file mapping.
+#     Linux, kiln-gguf.exe reads the model through the Windows file mapping, and
+#     kiln-tokenize.exe takes the same non-ASCII paths (ids equal to Linux's).
 # The model: kiln-synth's tiny llama (llama-spm vocabulary), Q8_0 weights,
 # F32 KV cache (-ctk f32 -ctv f32) so that no cache rounding enters.
 set -euo pipefail
@@ -60,6 +61,14 @@ case "$mode" in
       echo "cross-e2e: windows: kiln-gguf.exe mapped the model (CreateFileMapping) through its non-ASCII path"
     else
       echo "cross-e2e: windows: kiln-gguf.exe did not map the model:"; head -5 "$work/info.txt"; st=1
+    fi
+    # kiln-tokenize.exe through the same paths: the same ids as the Linux build.
+    "$host/tools/kiln-tokenize" -m "$work/model.gguf" -f "$dir/prompt file ü.txt" --ids >"$work/ids-x86.txt"
+    if wine "$cross/tools/kiln-tokenize.exe" -m "$(winpath "$dir/tiny llama é.gguf")" -f "$(winpath "$dir/prompt file ü.txt")" --ids \
+         >"$work/ids-win.txt" 2>&1 && tr -d '\r' <"$work/ids-win.txt" | cmp -s - "$work/ids-x86.txt"; then
+      echo "cross-e2e: windows: kiln-tokenize.exe read both non-ASCII paths, ids as on Linux"
+    else
+      echo "cross-e2e: windows: kiln-tokenize.exe differs:"; head -3 "$work/ids-win.txt"; st=1
     fi
     exit $st
     ;;

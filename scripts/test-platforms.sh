@@ -130,7 +130,7 @@ if [[ " $PLATFORMS " == *" windows "* ]]; then
   timeout 120 wine cmd.exe /c exit >"$LOG/wine-warmup.log" 2>&1 || true
   if bash scripts/cross-deps.sh x86_64-w64-mingw32 >"$LOG/windows-deps.log" 2>&1 &&
      cmake --preset windows-x64-mingw-cross -DPython3_EXECUTABLE="$KILN_PY" >"$LOG/windows-configure.log" 2>&1 &&
-     cmake --build "$B" -j "$JOBS" --target "${UNIT_TESTS[@]}" kiln-cli kiln-gguf >"$LOG/windows-build.log" 2>&1; then
+     cmake --build "$B" -j "$JOBS" --target "${UNIT_TESTS[@]}" kiln-cli kiln-gguf kiln-tokenize >"$LOG/windows-build.log" 2>&1; then
     count "windows-x64-mingw-cross build" 0
     stage_done "windows-x64-mingw-cross build" $t0; t1=$SECONDS
     for t in "${UNIT_TESTS[@]}"; do

@@ -4,6 +4,7 @@
 // where the shape must be controlled (the `1b` preset is the benchmark model).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/utf8_args.h"
 #include "core/quant.h"
 #include "core/types.h"
 #include "model/gguf.h"
@@ -150,7 +152,15 @@ int run(int argc, char** argv) {
     app.add_option("--n-ctx", over.n_ctx, "Override: context length");
     app.add_option("--head-dim", over.head_dim, "Override: head dimension (default n_embd / n_head)");
     app.add_option("--sliding-window", over.sliding_window, "gemma3: sliding-window size (default 512)");
-    CLI11_PARSE(app, argc, argv);
+    // UTF-8 arguments on Windows too (file names); CLI11 takes them last-first.
+    std::vector<std::string> args = kiln_tools::utf8_args(argc, argv);
+    args.erase(args.begin());
+    std::reverse(args.begin(), args.end());
+    try {
+        app.parse(args);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
 
     const auto arch_it = kArchs.find(arch);
     if (arch_it == kArchs.end()) throw std::runtime_error("unknown architecture '" + arch + "' (llama, qwen2, gemma3)");

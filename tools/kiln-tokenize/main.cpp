@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../common/utf8_args.h"
 #include "model/gguf.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -57,11 +58,13 @@ struct Args {
 
 Args parse_args(int argc, char** argv) {
     Args a;
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view arg = argv[i];
+    const std::vector<std::string> args = kiln_tools::utf8_args(argc, argv);  // UTF-8 on Windows too
+    const size_t n_args = args.size();
+    for (size_t i = 1; i < n_args; ++i) {
+        const std::string_view arg = args[i];
         const auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw UsageError("option " + std::string(arg) + " needs a value");
-            return argv[++i];
+            if (i + 1 >= n_args) throw UsageError("option " + std::string(arg) + " needs a value");
+            return args[++i];
         };
         if (arg == "-m" || arg == "--model") a.model = value();
         else if (arg == "-p" || arg == "--prompt") a.prompt = value();
@@ -94,7 +97,7 @@ Args parse_args(int argc, char** argv) {
 }
 
 std::string read_text(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
+    std::ifstream f(kiln_tools::utf8_path(path), std::ios::binary);
     if (!f) throw std::runtime_error(path + ": cannot open");
     std::ostringstream ss;
     ss << f.rdbuf();

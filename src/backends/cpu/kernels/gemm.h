@@ -126,6 +126,8 @@ void quantize_act_as(const float* x, int64_t K, int32_t offset, uint8_t* tile, i
 }
 #if defined(KILN_ARCH_X86)
 const PackedKernels* packed_avx512(Type t, const CpuFeatures& f);
+// Q4_0 / Q8_0 weights on AVX2 + FMA + F16C (gemm_avx2.cpp).
+const PackedKernels* packed_avx2(Type t, const CpuFeatures& f);
 #endif
 // F16 / BF16 weights (gemm_float_*.cpp).
 const PackedKernels* packed_float_scalar(Type t);
