@@ -54,7 +54,9 @@ constexpr size_t kPrefetchBytes = 4096;  // how far ahead generation tiles prefe
 // One group of 16 weight rows x the NC activation rows of one tile (NC / P outputs).
 // Every activation operand is at a constant offset from xb, so vpdpbusd takes it as an
 // embedded-broadcast memory operand and the accumulators stay in registers.
-template <bool kQ4, int NC, int P>
+// kPf: the tile is the first to read its weight group (every generation tile; the first of
+// each group in prompts and batched decoding), so the weights come from memory: prefetch them.
+template <bool kQ4, int NC, int P, bool kPf>
 void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, float* y, int64_t y_stride) {
     constexpr int NO = NC / P;
     // One accumulator per activation row, pairs added at the end: with one per output the
@@ -66,7 +68,7 @@ void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, float* y, int64_t y_
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = wg + b * Layout<kQ4>::kBlockBytes;
         const uint8_t* xb = xt + b * kActBlockBytes;
-        if constexpr (NC <= 2) {  // generation: weights stream from memory; ask for them early
+        if constexpr (kPf) {  // weights stream from memory; ask for them early
 #pragma GCC unroll 8
             for (size_t off = 0; off < Layout<kQ4>::kBlockBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + off), _MM_HINT_T0);
         }
@@ -100,13 +102,13 @@ void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, float* y, int64_t y_
 
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, float*, int64_t);
 
-template <bool kQ4>
+template <bool kQ4, bool kPf>
 struct Tiles {
     // [pairs - 1][columns - 1]; odd column counts do not occur with pairs.
     static constexpr TileFn fn[2][kActTile] = {
-        {tile<kQ4, 1, 1>, tile<kQ4, 2, 1>, tile<kQ4, 3, 1>, tile<kQ4, 4, 1>, tile<kQ4, 5, 1>, tile<kQ4, 6, 1>, tile<kQ4, 7, 1>,
-         tile<kQ4, 8, 1>},
-        {nullptr, tile<kQ4, 2, 2>, nullptr, tile<kQ4, 4, 2>, nullptr, tile<kQ4, 6, 2>, nullptr, tile<kQ4, 8, 2>},
+        {tile<kQ4, 1, 1, kPf>, tile<kQ4, 2, 1, kPf>, tile<kQ4, 3, 1, kPf>, tile<kQ4, 4, 1, kPf>, tile<kQ4, 5, 1, kPf>,
+         tile<kQ4, 6, 1, kPf>, tile<kQ4, 7, 1, kPf>, tile<kQ4, 8, 1, kPf>},
+        {nullptr, tile<kQ4, 2, 2, kPf>, nullptr, tile<kQ4, 4, 2, kPf>, nullptr, tile<kQ4, 6, 2, kPf>, nullptr, tile<kQ4, 8, 2, kPf>},
     };
 };
 
@@ -124,8 +126,8 @@ void gemm(const GemmTask& t) {
             const uint8_t* wg = t.w + g * t.w_group_bytes;
             for (int64_t r0 = s0; r0 < s1; r0 += kActTile) {
                 const int nc = static_cast<int>(std::min<int64_t>(kActTile, s1 - r0));
-                Tiles<kQ4>::fn[t.pairs - 1][nc - 1](wg, nb, t.x + (r0 / kActTile) * tile_bytes,
-                                                    t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows, t.y_stride);
+                const TileFn fn = r0 == s0 ? Tiles<kQ4, true>::fn[t.pairs - 1][nc - 1] : Tiles<kQ4, false>::fn[t.pairs - 1][nc - 1];
+                fn(wg, nb, t.x + (r0 / kActTile) * tile_bytes, t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows, t.y_stride);
             }
         }
     }
