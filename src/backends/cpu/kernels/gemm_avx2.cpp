@@ -182,31 +182,21 @@ struct Tiles {
 template <bool kQ4>
 void gemm(const GemmTask& t) {
     const int64_t nb = t.K / 32;
-    const int64_t rows = t.M * t.pairs;
     const size_t tile_bytes = act_tile_bytes(t.K);
-    // Activation tiles are re-read for every weight group: take them in slices that stay in
-    // L2, and stream the weights once per slice. A group (17 K bytes for q8_0: 34 KiB
-    // at K = 2048) stays in cache while the slice's tiles run through it kSubRows rows at a time.
-    const int64_t slice = std::max<int64_t>(1, static_cast<int64_t>(kSliceBytes / tile_bytes)) * kActTile;
-    for (int64_t s0 = 0; s0 < rows; s0 += slice) {
-        const int64_t s1 = std::min(rows, s0 + slice);
-        for (int64_t g = 0; g < t.n_groups; ++g) {
-            const uint8_t* wg = t.w + g * t.w_group_bytes;
-            for (int64_t r0 = s0; r0 < s1; r0 += kActTile) {
-                const int nc = static_cast<int>(std::min<int64_t>(kActTile, s1 - r0));
-                const uint8_t* xt = t.x + (r0 / kActTile) * tile_bytes;
-                float* y = t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows;
-                if (nc <= 2) {
-                    Tiles<kQ4>::gen[t.pairs - 1][nc - 1](wg, nb, xt, 0, y, t.y_stride);
-                    continue;
-                }
-                for (int c0 = 0; c0 < nc; c0 += kSubRows) {
-                    const int r = std::min(kSubRows, nc - c0);
-                    Tiles<kQ4>::sub[t.pairs - 1][r - 1](wg, nb, xt, c0, y + (c0 / t.pairs) * t.y_stride, t.y_stride);
-                }
-            }
+    // A group (17 K bytes for q8_0: 34 KiB at K = 2048) stays in cache while the slice's
+    // tiles run through it kSubRows rows at a time.
+    for_each_packed_tile(t, kSliceBytes, [&](const uint8_t* wg, int64_t g, int64_t r0, int nc, bool /*first*/) {
+        const uint8_t* xt = t.x + (r0 / kActTile) * tile_bytes;
+        float* y = t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows;
+        if (nc <= 2) {
+            Tiles<kQ4>::gen[t.pairs - 1][nc - 1](wg, nb, xt, 0, y, t.y_stride);
+            return;
         }
-    }
+        for (int c0 = 0; c0 < nc; c0 += kSubRows) {
+            const int r = std::min(kSubRows, nc - c0);
+            Tiles<kQ4>::sub[t.pairs - 1][r - 1](wg, nb, xt, c0, y + (c0 / t.pairs) * t.y_stride, t.y_stride);
+        }
+    });
 }
 
 // Activation tiles from the scalar quantizer: identical bytes on every instruction set.

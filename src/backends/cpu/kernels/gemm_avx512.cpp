@@ -115,22 +115,11 @@ struct Tiles {
 template <bool kQ4>
 void gemm(const GemmTask& t) {
     const int64_t nb = t.K / 32;
-    const int64_t rows = t.M * t.pairs;
     const size_t tile_bytes = act_tile_bytes(t.K);
-    // Activation tiles are re-read for every weight group: take them in slices that stay in
-    // L2 (about 1 MiB), and stream the weights once per slice.
-    const int64_t slice = std::max<int64_t>(1, static_cast<int64_t>((size_t{1} << 20) / tile_bytes)) * kActTile;
-    for (int64_t s0 = 0; s0 < rows; s0 += slice) {
-        const int64_t s1 = std::min(rows, s0 + slice);
-        for (int64_t g = 0; g < t.n_groups; ++g) {
-            const uint8_t* wg = t.w + g * t.w_group_bytes;
-            for (int64_t r0 = s0; r0 < s1; r0 += kActTile) {
-                const int nc = static_cast<int>(std::min<int64_t>(kActTile, s1 - r0));
-                const TileFn fn = r0 == s0 ? Tiles<kQ4, true>::fn[t.pairs - 1][nc - 1] : Tiles<kQ4, false>::fn[t.pairs - 1][nc - 1];
-                fn(wg, nb, t.x + (r0 / kActTile) * tile_bytes, t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows, t.y_stride);
-            }
-        }
-    }
+    for_each_packed_tile(t, size_t{1} << 20, [&](const uint8_t* wg, int64_t g, int64_t r0, int nc, bool first) {
+        const TileFn fn = first ? Tiles<kQ4, true>::fn[t.pairs - 1][nc - 1] : Tiles<kQ4, false>::fn[t.pairs - 1][nc - 1];
+        fn(wg, nb, t.x + (r0 / kActTile) * tile_bytes, t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows, t.y_stride);
+    });
 }
 
 constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm<true>};
