@@ -4,7 +4,8 @@ fields, depth, batched and bandwidth modes run, and bad input is a clear error.
 No timing is asserted (the machine is shared). The bytes a generated token reads
 are checked against a count made here from the GGUF file with gguf-py (tensor
 sizes, the sliding-window layers), independent of the engine's own accounting;
-the t/s statistics against the per-repetition samples the tool reports.
+the t/s statistics against the per-repetition samples the tool reports; the
+matmul operations per token (--peak's GOPS) against the file's 2-D tensors.
 """
 import csv
 import functools
@@ -22,8 +23,10 @@ FIELDS = {
     "type_v", "precision", "n_ctx", "n_prompt", "n_gen", "n_depth", "n_parallel", "test", "test_time", "repetitions",
     "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "avg_ts_per_seq", "weight_bytes_per_token", "kv_bytes_per_token",
     "bytes_per_token", "effective_gibs", "bandwidth_gibs", "bandwidth_median_gibs", "bandwidth_pct", "kv_bytes",
-    "compute_bytes", "peak_rss_bytes", "peak_rss_over_weights_kv", "peak_rss_per_test",
+    "compute_bytes", "peak_rss_bytes", "peak_rss_over_weights_kv", "peak_rss_per_test", "matmul_ops_per_token",
+    "ops_per_token", "gops", "peak_kind", "peak_instruction", "peak_gops", "pct_peak",
 }
+JSON_ONLY = {"samples_ns", "samples_ts", "compute_peak"}
 
 
 def bench(tool, *args, timeout=120):
@@ -67,6 +70,11 @@ class GgufFacts:
         # The embedding lookup reads one row; a tied output projection reads the whole table.
         self.weight_bytes += int(emb.n_bytes) if tied else int(emb.n_bytes) // int(emb.shape[1])
         self.size = sum(int(t.n_bytes) for t in r.tensors)
+        # Matrix-multiplied weights: the 2-D tensors, the embedding only as the tied output projection.
+        self.tied = tied
+        self.matmul_weights = sum(int(t.n_elements) for n, t in tensors.items()
+                                  if len(t.shape) == 2 and (n != "token_embd.weight" or tied))
+        self.output_weights = int((emb if tied else tensors["output.weight"]).n_elements)
 
     @staticmethod
     @functools.lru_cache(maxsize=None)
@@ -122,7 +130,7 @@ def test_json_fields_statistics_and_bytes(tool, models):
     rows = bench_json(tool, "-m", models["llama"], "-p", "8", "-n", "4", "-r", "3", "-d", "0,16")
     assert [r["test"] for r in rows] == ["pp8", "tg4", "pp8 @ d16", "tg4 @ d16"]
     for r in rows:
-        assert FIELDS | {"samples_ns", "samples_ts"} == set(r)
+        assert FIELDS | JSON_ONLY == set(r)
         assert r["repetitions"] == 3 and len(r["samples_ts"]) == 3
         n_tok = r["n_prompt"] or r["n_gen"]
         assert r["samples_ts"] == pytest.approx([1e9 * n_tok / ns for ns in r["samples_ns"]], rel=1e-6)
@@ -176,6 +184,77 @@ def test_bandwidth_probe_and_share(tool, models):
     assert re.search(r"read bandwidth, 1 threads .*64 MiB.*best [0-9.]+ GiB/s, median [0-9.]+ GiB/s", res.stderr), res.stderr
 
 
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(ln.split(":", 1)[1].split()) for ln in f if ln.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def test_compute_peak_and_prompt_share(tool, models, synth_models):
+    q, f16 = models["llama"], synth_models["llama-f16"]
+    gemma = models["gemma"]
+    # -b 8: two chunks of the 16-token prompt, so two rows of each test go through the output projection.
+    res = bench(tool, "-m", f"{q},{f16},{gemma}", "-p", "16", "-n", "0", "-b", "8", "--peak", "--peak-seconds", "0.02",
+                "-o", "json")
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert [r["model_filename"] for r in rows] == [p.rsplit("/", 1)[-1] for p in (q, f16, gemma)]
+    peak = rows[0]["compute_peak"]
+    assert peak["threads"] == 1 and peak["repetitions"] == 3 and peak["seconds"] == pytest.approx(0.02)
+    probes = peak["probes"]
+    flags = cpu_flags()
+    # What this CPU must have had measured (Linux x86 only: elsewhere the flags are unknown here).
+    expected = {"int8": "avx512_vnni", "bf16": "avx512_bf16", "fp16": "avx512_fp16", "f32": "avx512f"}
+    for kind, flag in expected.items():
+        if flag in flags:
+            assert kind in probes, (kind, probes)
+    if "avx512_vnni" in flags:
+        assert probes["int8"]["instruction"] == "vpdpbusd zmm" and probes["int8"]["ops_per_instruction"] == 128
+    for kind, p in probes.items():
+        assert p["gops"] > 0 and len(p["thread_gops"]) == 1 and len(p["runs_gops"]) == 3, (kind, p)
+        assert p["gops"] == pytest.approx(max(p["runs_gops"]), rel=1e-9)
+    assert re.search(r"compute peak, 1 threads: ", res.stderr), res.stderr
+
+    for r, path in zip(rows, (q, f16, gemma)):
+        facts = GgufFacts.of(path)
+        assert r["compute_peak"] == peak
+        assert r["matmul_ops_per_token"] == 2 * facts.matmul_weights
+        # Every token through the layers, the output projection for the last token of each chunk only.
+        ops = 2 * (facts.matmul_weights - facts.output_weights) + 2 * facts.output_weights * 2 / 16
+        assert r["ops_per_token"] == pytest.approx(ops, rel=1e-12)
+        assert r["gops"] == pytest.approx(ops * r["avg_ts"] / 1e9, rel=1e-9)
+        kind = r["peak_kind"]
+        if kind is None:  # no probe for this weight type on this CPU
+            assert not probes and r["pct_peak"] is None and r["peak_gops"] is None
+            continue
+        assert r["peak_gops"] == probes[kind]["gops"] and r["peak_instruction"] == probes[kind]["instruction"]
+        assert r["pct_peak"] == pytest.approx(100 * r["gops"] / r["peak_gops"], rel=1e-9)
+    assert any(GgufFacts.of(p).tied for p in (q, gemma)) and not all(GgufFacts.of(p).tied for p in (q, gemma))
+    if probes:
+        assert rows[0]["peak_kind"] == rows[2]["peak_kind"] == "int8"
+        f16_kind = "fp16" if "fp16" in probes else "bf16" if "bf16" in probes else "f32"
+        assert rows[1]["peak_kind"] == f16_kind
+
+
+def test_compute_peak_markdown_and_absence(tool, models):
+    res = bench(tool, "-m", models["llama"], "-p", "16", "-n", "2", "--peak", "--peak-seconds", "0.01")
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"^peak: 1 threads, best of 3 x 0\.01 s: ", res.stdout, re.M), res.stdout
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert "GOPS" in header and "% peak" in header, header
+    rows = [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[2:]]
+    assert float(rows[0]["GOPS"]) > 0 and rows[1]["GOPS"] == "" and rows[1]["% peak"] == ""
+    if "avx512_vnni" in cpu_flags():
+        assert re.fullmatch(r"[0-9.]+ int8", rows[0]["% peak"]), rows[0]
+    # Without --peak: GOPS in JSON, but no peak and no share.
+    pp, tg = bench_json(tool, "-m", models["llama"], "-p", "8", "-n", "2")
+    assert pp["gops"] > 0 and pp["compute_peak"] is None and pp["peak_gops"] is None and pp["pct_peak"] is None
+    assert tg["gops"] is None and tg["ops_per_token"] is None and tg["matmul_ops_per_token"] == pp["matmul_ops_per_token"]
+
+
 def test_llama_bench_spellings_and_settings_columns(tool, models):
     m = models["llama"]
     res = bench(tool, "-m", m, "-m", m, "-p", "8", "-n", "0", "-ctk", "q8_0", "-ctv", "f32", "-ub", "4", "-b", "8",
@@ -214,6 +293,7 @@ def test_failed_model_is_reported_and_others_run(tool, models, tmp_path):
     (["-ctk", "q5_0"], r"-ctk: unknown value 'q5_0'"),
     (["-r", "0"], r"-r: 0 is out of range"),
     (["-p", "-3"], r"-p|out of range"),
+    (["--peak-seconds", "0"], r"--peak-seconds: 0 is out of range"),
 ])
 def test_bad_flags_are_clear_errors(tool, models, args, pattern):
     res = bench(tool, "-m", models["llama"], *args)

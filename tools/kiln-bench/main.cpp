@@ -2,20 +2,23 @@
 // llama-bench's flags and output formats:
 //
 //   kiln-bench -m MODEL[,MODEL...] [-p 512] [-n 128] [-d 0,4096] [-t 2] [-r 5]
-//              [--bandwidth] [--parallel 1,8,32] [-o md|csv|json]
+//              [--bandwidth] [--peak] [--parallel 1,8,32] [-o md|csv|json]
 //
 // Each combination of the list flags is one test on a fresh context (sized to
 // the test unless -c is given): a prompt test decodes n_prompt random tokens in
 // n_batch chunks, a generation test decodes n_gen tokens one at a time, both
 // after `depth` untimed tokens. Results (t/s as mean ± standard deviation over
-// the repetitions, bytes read per generated token, peak resident memory) go to
-// stdout; progress and errors go to stderr.
+// the repetitions, bytes read per generated token, matmul operations per second
+// of prompt tests, peak resident memory) go to stdout; progress and errors go to
+// stderr. --bandwidth and --peak measure the machine's read bandwidth and SIMD
+// compute peaks first, so rows can be given as a share of them.
 #include <cstdio>
 #include <exception>
 #include <set>
 
 #include "../common/cli_common.h"
 #include "bandwidth.h"
+#include "compute_peak.h"
 #include "options.h"
 #include "output.h"
 #include "runner.h"
@@ -42,6 +45,15 @@ int run(int argc, char** argv) {
             std::fprintf(stderr, "kiln-bench: read bandwidth, %d threads (%s loads, %d MiB): best %.2f GiB/s, median %.2f GiB/s\n", t,
                          bw.loads, opts.bandwidth_mib, bw.best_gibs, bw.median_gibs);
             report.bandwidth[t] = bw;
+        }
+    }
+    if (opts.peak) {
+        // Also before any model: the probes want the cores to themselves.
+        for (int32_t t : std::set<int32_t>(opts.n_threads.begin(), opts.n_threads.end())) {
+            const kb::ComputePeak peak =
+                kb::measure_compute_peak(kb::ComputePeakOptions{.threads = t, .seconds = opts.peak_seconds, .repetitions = 3});
+            std::fprintf(stderr, "kiln-bench: compute peak, %d threads: %s\n", t, kb::describe_compute_peak(peak).c_str());
+            report.peak[t] = peak;
         }
     }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cstdio>
 #include <type_traits>
 
 #include "../common/cli_common.h"
@@ -115,6 +116,9 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     kt::metavar(app.add_option("--n-gpu-layers", n_gpu_layers, "accepted for llama-bench compatibility (-ngl); no GPU backend"), "N");
     kt::metavar(app.add_option("--bandwidth-mib", o.bandwidth_mib, "buffer the bandwidth probe reads (keep it far above the caches)"), "MIB");
     app.add_flag("--bandwidth", o.bandwidth, "measure the streaming read bandwidth first; generation rows show their share of it");
+    app.add_flag("--peak", o.peak,
+                 "measure the SIMD compute peaks (int8, BF16, FP16, F32) in the same run; prompt rows then show their share");
+    kt::metavar(app.add_option("--peak-seconds", o.peak_seconds, "duration of one timed run of each peak probe (best of 3)"), "S");
     app.add_flag("--mem", o.mem, "memory columns in the markdown table (weights, KV, peak resident memory)");
     app.add_flag("--no-warmup", o.no_warmup, "skip the warm-up run before each test");
     app.add_flag("-v,--verbose", o.verbose, "print model and context details and every repetition's time to stderr");
@@ -141,6 +145,11 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     check_range({o.repetitions}, "-r", 1, 1000000);
     check_range({o.bandwidth_mib}, "--bandwidth-mib", 2, 1 << 20);
     check_range({o.n_ctx}, "-c", 0, INT32_MAX);
+    if (!(o.peak_seconds >= 0.001 && o.peak_seconds <= 60)) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%g", o.peak_seconds);
+        throw kt::ToolError(std::string("--peak-seconds: ") + buf + " is out of range [0.001, 60]");
+    }
     check_member(o.type_k, "-ctk", kCacheTypes);
     check_member(o.type_v, "-ctv", kCacheTypes);
     check_member(o.precision, "--precision", kPrecisions);

@@ -29,6 +29,8 @@ struct Options {
     OutputFormat output = OutputFormat::Markdown;
     bool bandwidth = false;
     int32_t bandwidth_mib = 1024;        // the probe's buffer
+    bool peak = false;                   // measure the SIMD compute peaks (prompt rows show their share)
+    double peak_seconds = 0.25;          // one timed run of one peak probe (best of 3 runs)
     bool mem = false;                    // memory columns in the markdown table
     bool no_warmup = false;
     bool no_mmap = false;

@@ -35,12 +35,27 @@ const Bandwidth* bandwidth_for(const Report& rep, int threads) {
     return it == rep.bandwidth.end() ? nullptr : &it->second;
 }
 
+const ComputePeak* peak_for(const Report& rep, int threads) {
+    const auto it = rep.peak.find(threads);
+    return it == rep.peak.end() ? nullptr : &it->second;
+}
+
+// The probe a prompt row is judged against (null: a generation row, no --peak, or no such probe).
+const PeakProbe* row_peak(const Report& rep, const Result& r) {
+    const ComputePeak* cp = peak_for(rep, r.n_threads);
+    if (!cp || r.test.kind != TestKind::Prompt) return nullptr;
+    const PeakProbe* p = prompt_peak(*cp, r.model.weight_class, r.test.precision);
+    return p && p->total_gops > 0 ? p : nullptr;
+}
+
 // Every field of a row, in output order (CSV columns, JSON keys).
 std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Result& r) {
     const bool gen = r.test.kind != TestKind::Prompt;
     const Bandwidth* bw = bandwidth_for(rep, r.n_threads);
     const double wkv = static_cast<double>(r.model.size + r.kv_bytes);
     auto gen_only = [&](double v) { return gen ? Value::real(v) : Value::null(); };
+    const bool ops = !gen && r.model.matmul_weights > 0;
+    const PeakProbe* pk = ops ? row_peak(rep, r) : nullptr;
     return {
         {"model_filename", Value::text(r.model.filename)},
         {"model_type", Value::text(r.model.type)},
@@ -72,6 +87,13 @@ std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Resul
         {"bandwidth_gibs", bw ? Value::real(bw->best_gibs) : Value::null()},
         {"bandwidth_median_gibs", bw ? Value::real(bw->median_gibs) : Value::null()},
         {"bandwidth_pct", bw && gen && bw->best_gibs > 0 ? Value::real(100.0 * r.effective_gibs() / bw->best_gibs) : Value::null()},
+        {"matmul_ops_per_token", r.model.matmul_weights ? Value::real(r.model.matmul_ops_per_token()) : Value::null()},
+        {"ops_per_token", ops ? Value::real(r.ops_per_token) : Value::null()},
+        {"gops", ops ? Value::real(r.gops()) : Value::null()},
+        {"peak_kind", pk ? Value::text(peak_kind_name(pk->kind)) : Value::null()},
+        {"peak_instruction", pk ? Value::text(pk->instruction) : Value::null()},
+        {"peak_gops", pk ? Value::real(pk->total_gops) : Value::null()},
+        {"pct_peak", pk ? Value::real(100.0 * r.gops() / pk->total_gops) : Value::null()},
         {"kv_bytes", Value::integer(static_cast<long long>(r.kv_bytes))},
         {"compute_bytes", Value::integer(static_cast<long long>(r.compute_bytes))},
         {"peak_rss_bytes", r.peak_rss ? Value::integer(static_cast<long long>(r.peak_rss)) : Value::null()},
@@ -121,6 +143,20 @@ std::string json_array(const std::vector<double>& v) {
     return o + "]";
 }
 
+// The whole probe of the row's thread count (every instruction, per thread and per run).
+std::string json_peak(const ComputePeak* cp) {
+    if (!cp) return "null";
+    std::string o = "{\"threads\": " + std::to_string(cp->threads) + ", \"seconds\": " + fmt("%.17g", cp->seconds) +
+                    ", \"repetitions\": " + std::to_string(cp->repetitions) + ", \"probes\": {";
+    for (size_t i = 0; i < cp->probes.size(); ++i) {
+        const PeakProbe& p = cp->probes[i];
+        o += std::string(i ? ", " : "") + "\"" + peak_kind_name(p.kind) + "\": {\"instruction\": " + json_string(p.instruction) +
+             ", \"ops_per_instruction\": " + fmt("%.17g", p.ops_per_instruction) + ", \"gops\": " + fmt("%.17g", p.total_gops) +
+             ", \"thread_gops\": " + json_array(p.thread_gops) + ", \"runs_gops\": " + json_array(p.runs_gops) + "}";
+    }
+    return o + "}}";
+}
+
 void print_json(FILE* out, const Report& rep) {
     std::fprintf(out, "[");
     for (size_t k = 0; k < rep.results.size(); ++k) {
@@ -129,6 +165,7 @@ void print_json(FILE* out, const Report& rep) {
         for (const auto& [name, v] : fields(rep, r)) std::fprintf(out, "    \"%s\": %s,\n", name, json_value(v).c_str());
         std::vector<double> ns = r.samples_ns;
         for (double& x : ns) x = std::round(x);
+        std::fprintf(out, "    \"compute_peak\": %s,\n", json_peak(peak_for(rep, r.n_threads)).c_str());
         std::fprintf(out, "    \"samples_ns\": %s,\n", json_array(ns).c_str());
         std::fprintf(out, "    \"samples_ts\": %s\n  }", json_array(r.samples_ts()).c_str());
     }
@@ -191,6 +228,10 @@ void print_markdown(FILE* out, const Report& rep) {
         std::fprintf(out, "bandwidth: %d threads, %s loads, %zu passes over %zu MiB: best %.2f GiB/s, median %.2f GiB/s\n\n", threads,
                      bw.loads, bw.passes_gibs.size(), bw.bytes >> 20, bw.best_gibs, bw.median_gibs);
     }
+    for (const auto& [threads, cp] : rep.peak) {
+        std::fprintf(out, "peak: %d threads, best of %d x %.2f s: %s\n\n", threads, cp.repetitions, cp.seconds,
+                     describe_compute_peak(cp).c_str());
+    }
     const auto& rs = rep.results;
     auto any = [&](auto pred) { return std::any_of(rs.begin(), rs.end(), pred); };
     // A setting gets a column when it varies or differs from llama-bench's default, as llama-bench does.
@@ -237,6 +278,17 @@ void print_markdown(FILE* out, const Report& rep) {
                                 return fmt("%.1f", 100.0 * r.effective_gibs() / bw->best_gibs);
                             }});
         }
+    }
+    if (!rep.peak.empty() && any([](const Result& r) { return r.test.kind == TestKind::Prompt; })) {
+        // Prompt rows only: generation is bound by memory, not compute (see "% bw").
+        cols.push_back({"GOPS", true, [](const Report&, const Result& r) {
+                            return r.test.kind == TestKind::Prompt && r.model.matmul_weights ? fmt("%.1f", r.gops()) : std::string();
+                        }});
+        cols.push_back({"% peak", true, [](const Report& p, const Result& r) {
+                            const PeakProbe* pk = row_peak(p, r);
+                            if (!pk || !r.model.matmul_weights) return std::string();
+                            return fmt("%.1f", 100.0 * r.gops() / pk->total_gops) + " " + peak_kind_name(pk->kind);
+                        }});
     }
     if (rep.mem_columns) {
         cols.push_back({"KV MiB", true, [](const Report&, const Result& r) { return fmt("%.1f", static_cast<double>(r.kv_bytes) / kMiB); }});

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bandwidth.h"
+#include "compute_peak.h"
 #include "options.h"
 #include "runner.h"
 
@@ -15,6 +16,7 @@ namespace kiln_bench {
 struct Report {
     std::vector<Result> results;
     std::map<int, Bandwidth> bandwidth;  // by thread count; empty without --bandwidth
+    std::map<int, ComputePeak> peak;     // by thread count; empty without --peak
     bool mem_columns = false;            // --mem
 };
 

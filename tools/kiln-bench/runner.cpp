@@ -5,9 +5,12 @@
 #include <ctime>
 #include <exception>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "../common/cli_common.h"
+#include "core/types.h"
+#include "model/gguf.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #  include <sys/resource.h>
@@ -110,6 +113,34 @@ std::string file_type_name(const std::string& id) {
     return id.empty() ? "" : "file type " + id;
 }
 
+// The C API has no tensor list, so the file's is read again (header only: the mapping is not
+// touched beyond it). Only 2-D tensors are matrix-multiplied by weight; norms and biases are 1-D.
+void count_matmul_weights(ModelInfo& info) {
+    const kiln::gguf::File f = kiln::gguf::File::open(info.path);
+    const bool tied = f.find_tensor("output.weight") == nullptr;
+    std::map<WeightClass, uint64_t> by_class;
+    for (const kiln::gguf::TensorInfo& t : f.tensors()) {
+        if (t.shape.size() != 2) continue;
+        const bool embd = t.name == "token_embd.weight";
+        if (embd && !tied) continue;  // a row lookup, not a product
+        const auto n = static_cast<uint64_t>(t.n_elements());
+        info.matmul_weights += n;
+        if (t.name == "output.weight" || embd) info.output_weights += n;
+        const WeightClass c = t.type == kiln::Type::F16    ? WeightClass::F16
+                              : t.type == kiln::Type::BF16 ? WeightClass::Bf16
+                              : t.type == kiln::Type::F32  ? WeightClass::F32
+                                                           : WeightClass::Quantized;
+        by_class[c] += n;
+    }
+    uint64_t most = 0;
+    for (const auto& [c, n] : by_class) {
+        if (n > most) {
+            most = n;
+            info.weight_class = c;
+        }
+    }
+}
+
 ModelInfo describe(const kiln_model* m, const std::string& path) {
     ModelInfo info;
     info.path = path;
@@ -129,6 +160,13 @@ ModelInfo describe(const kiln_model* m, const std::string& path) {
     info.type = meta(m, "general.architecture") + " " + size;
     const std::string ft = file_type_name(meta(m, "general.file_type"));
     if (!ft.empty()) info.type += " " + ft;
+    try {
+        count_matmul_weights(info);
+    } catch (const std::exception& e) {
+        // The model loaded, so this is unexpected; the rows just lose their GOPS figures.
+        info.matmul_weights = info.output_weights = 0;
+        std::fprintf(stderr, "kiln-bench: warning: cannot count the matmul weights of %s: %s\n", path.c_str(), e.what());
+    }
     return info;
 }
 
@@ -266,7 +304,13 @@ Result run_test(const kiln_model* model, const ModelInfo& info, const Test& t, c
     r.compute_bytes = kiln_compute_bytes(ctx.get());
     r.peak_rss = peak_rss_bytes();
 
-    if (t.kind != TestKind::Prompt) {
+    if (t.kind == TestKind::Prompt) {
+        // Every token goes through the layers' matrices; the output projection only for the last
+        // token of each chunk, as only it asks for logits.
+        const double chunks = static_cast<double>((t.n_prompt + t.n_batch - 1) / t.n_batch);
+        const double body = static_cast<double>(info.matmul_weights - info.output_weights);
+        r.ops_per_token = 2.0 * (body + static_cast<double>(info.output_weights) * chunks / t.n_prompt);
+    } else {
         // Token i of a sequence sits at position base + i and attends base + i + 1 positions;
         // a batched step reads the weights once for all its sequences.
         double kv = 0;
@@ -292,8 +336,8 @@ void Runner::run_model(const std::string& path, const std::vector<Test>& tests, 
         return;
     }
     const ModelInfo info = describe(model.get(), path);
-    std::fprintf(stderr, "kiln-bench: %s: %s, %.2f MiB, %.2f M params\n", info.filename.c_str(), info.type.c_str(),
-                 kt::mib(info.size), static_cast<double>(info.n_params) / 1e6);
+    std::fprintf(stderr, "kiln-bench: %s: %s, %.2f MiB, %.2f M params, %.3f G matmul ops per token\n", info.filename.c_str(),
+                 info.type.c_str(), kt::mib(info.size), static_cast<double>(info.n_params) / 1e6, info.matmul_ops_per_token() / 1e9);
     if (opts_.verbose) std::fprintf(stderr, "kiln-bench:   %s\n", kt::describe_model(model.get()).c_str());
     bool warned_rss = false;
     for (const Test& t : tests) {

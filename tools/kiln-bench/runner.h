@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "compute_peak.h"
 #include "options.h"
 
 namespace kiln_bench {
@@ -18,6 +19,15 @@ struct ModelInfo {
     uint64_t size = 0;          // weight bytes (kiln_model_size)
     uint64_t n_params = 0;
     uint64_t weight_bytes_per_token = 0;  // kiln_bench_weight_bytes_per_token
+    // Elements of the matrix-multiplied weights, counted from the GGUF tensor list: every 2-D
+    // tensor except the token embedding, which counts only when it is also the output projection
+    // (no output.weight). 0 when the file could not be read again.
+    uint64_t matmul_weights = 0;
+    uint64_t output_weights = 0;  // of those, the output projection's (only rows with logits use it)
+    WeightClass weight_class = WeightClass::Quantized;  // of the type holding most matmul weights
+
+    // Multiply-adds x 2 of a token whose logits are computed.
+    double matmul_ops_per_token() const { return 2.0 * static_cast<double>(matmul_weights); }
 };
 
 struct Result {
@@ -35,6 +45,9 @@ struct Result {
     // tokens (the K/V part grows with the position).
     double weight_bytes_per_token = 0;
     double kv_bytes_per_token = 0;
+    // Prompt tests (0 otherwise): weight matmul operations per timed token, the output projection
+    // counted only for the rows that asked for logits (the last of each -b chunk).
+    double ops_per_token = 0;
 
     double bytes_per_token() const { return weight_bytes_per_token + kv_bytes_per_token; }
     std::vector<double> samples_ts() const;  // tokens per second of each repetition
@@ -44,6 +57,7 @@ struct Result {
     double stddev_ts() const;
     double avg_ts_per_seq() const { return avg_ts() / test.n_parallel; }
     double effective_gibs() const;  // bytes_per_token x avg_ts, in GiB/s (0 for prompt tests)
+    double gops() const { return ops_per_token * avg_ts() / 1e9; }  // 0 for generation tests
 };
 
 // Mean and sample standard deviation (n - 1; 0 for fewer than two values), as llama-bench reports them.

@@ -267,6 +267,12 @@ Isa selected_isa() {
     return isa;
 }
 
+FromFloatFn native_from_float(Type t) {
+    if (t != Type::F32 && t != Type::F16 && t != Type::BF16 && t != Type::Q8_0) return nullptr;
+    const TypeKernels& k = kernels(t);
+    return k.vec_dot_type == t ? k.from_float : nullptr;
+}
+
 const TypeKernels& kernels(Type weight_type, Isa isa) {
     if (!isa_supported(isa)) {
         throw std::runtime_error("kernels: instruction set " + std::string(isa_name(isa)) +
