@@ -16,6 +16,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+#endif
+
 #include "backends/cpu/kernels/kernels.h"
 #include "core/types.h"
 
@@ -101,6 +105,38 @@ inline PackedPlan packed_plan(const PackedKernels& pk, int64_t K, bool precise) 
 inline size_t packed_act_bytes(const PackedKernels& pk, int64_t K, int64_t rows, bool precise) {
     const PackedPlan p = packed_plan(pk, K, precise);
     return p.tile_bytes * static_cast<size_t>((rows * p.pairs + kActTile - 1) / kActTile);
+}
+
+// Weights that stream from memory (generation tiles, and the first tile to read each group in
+// prompts) are asked for ahead of use: into L1 kPrefetchL1Bytes ahead and into L2
+// kPrefetchL2Bytes ahead. The L2 requests keep more lines in flight than L1's fill buffers
+// allow: one thread streaming 300 MiB through the precise q4_0 generation tile read at 83% of a
+// plain read with the L1 prefetch alone and at 90-100% with both (L1 1-4 KiB, L2 8-24 KiB
+// ahead all measured alike); kiln-bench tg32 on the 1b Q4_0 model, alternated runs: +8%.
+constexpr size_t kPrefetchL1Bytes = 4096;
+constexpr size_t kPrefetchL2Bytes = 16384;
+inline void prefetch_l1(const uint8_t* p) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+#else
+    __builtin_prefetch(p, 0, 3);
+#endif
+}
+inline void prefetch_l2(const uint8_t* p) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+#else
+    __builtin_prefetch(p, 0, 2);
+#endif
+}
+// Prefetches the kBytes of weights at p from kL1Ahead (L1) and kPrefetchL2Bytes (L2) ahead.
+template <size_t kBytes, size_t kL1Ahead = kPrefetchL1Bytes>
+inline void prefetch_weights(const uint8_t* p) {
+#pragma GCC unroll 64
+    for (size_t off = 0; off < kBytes; off += 64) {
+        prefetch_l1(p + kL1Ahead + off);
+        prefetch_l2(p + std::max(kPrefetchL2Bytes, 2 * kL1Ahead) + off);
+    }
 }
 
 // The loop of the q8-tile kernels: activation tiles are re-read for every weight group, so

@@ -33,7 +33,6 @@ template <bool kQ4>
 constexpr size_t kBlockBytes = kQ4 ? sizeof(block_q4_0x16) : sizeof(block_q8_0x16);
 
 constexpr int kSubRows = 4;              // activation rows one tile call computes (16 ymm registers: 8 int accumulators + operands)
-constexpr size_t kPrefetchBytes = 4096;  // how far ahead generation tiles prefetch weights (as the AVX-512 kernel)
 // Activation bytes kept hot per weight pass: the L2 of the AVX2-only CPUs (256-512 KiB), less
 // room for the weight group.
 constexpr size_t kSliceBytes = size_t{192} << 10;
@@ -137,10 +136,7 @@ void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, int c0, float* y, in
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = wg + b * kBlockBytes<kQ4>;
         const uint8_t* xb = xt + b * kActBlockBytes;
-        if constexpr (kPrefetch) {
-#pragma GCC unroll 16
-            for (size_t off = 0; off < kBlockBytes<kQ4>; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + off), _MM_HINT_T0);
-        }
+        if constexpr (kPrefetch) prefetch_weights<kBlockBytes<kQ4>>(blk);  // gemm.h
         __m256i s[R][2];
         block_sums<kQ4, R>(blk + 32, xb, c0, s);
         const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile) + c0;

@@ -49,21 +49,17 @@ struct Layout {
     }
 };
 
-constexpr size_t kPrefetchBytes = 4096;  // how far ahead generation tiles prefetch weights (tuned: 2 KiB 31 t/s, 4-6 KiB 33-36 t/s, 16 KiB 31 t/s on the 1b Q4_0 model)
 
 // Adds NB consecutive blocks (weights at blk, activations at xb) of the NC rows of a tile
 // to acc. Every activation operand is at a constant offset from xb, so vpdpbusd takes it as
 // an embedded-broadcast memory operand. The NB blocks' products are interleaved: NB x NC
 // independent dependency chains. With one block, 8 chains of 8 vpdpbusd (5-cycle latency)
 // left the two vector ports idle; two blocks measured +9-14% in the 8-row prompt tile.
-// kPf: the weights stream from memory; ask for them early.
+// kPf: the weights stream from memory; ask for them early (gemm.h, prefetch_weights).
 template <bool kQ4, int NC, int NB, bool kPf>
 inline void add_blocks(const uint8_t* blk, const uint8_t* xb, __m512 (&acc)[NC]) {
     using L = Layout<kQ4>;
-    if constexpr (kPf) {
-#pragma GCC unroll 16
-        for (size_t off = 0; off < NB * L::kBlockBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + off), _MM_HINT_T0);
-    }
+    if constexpr (kPf) prefetch_weights<NB * L::kBlockBytes>(blk);
     // sum[i][j]: block i, row j; starts from the block's offset correction.
     __m512i sum[NB][NC];
 #pragma GCC unroll 2

@@ -94,13 +94,10 @@ void act_f32(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
     }
 }
 
-constexpr size_t kPrefetchBytes = 4096;  // how far ahead single-tile kernels prefetch weights
 constexpr int64_t kSlab = 8;             // blocks of 32 columns per converted slab (2 x 8 KiB)
 
-inline void prefetch_block(const uint8_t* p) {
-#pragma GCC unroll 16
-    for (size_t off = 0; off < kWBlockBytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + off), _MM_HINT_T0);
-}
+// Single-tile kernels stream the weights from memory (gemm.h).
+inline void prefetch_block(const uint8_t* p) { prefetch_weights<kWBlockBytes>(p); }
 
 // ---- fast (BF16) ----
 
