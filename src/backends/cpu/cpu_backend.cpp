@@ -72,7 +72,7 @@ bool CpuBackend::precise_matmul(const Tensor& n) const {
     return false;
 }
 
-CpuBackend::CpuBackend(CpuBackendOptions opts) : precision_(opts.matmul_precision), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores()) {}
+CpuBackend::CpuBackend(CpuBackendOptions opts) : precision_(opts.matmul_precision), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores()), work_(pool_.size()) {}
 
 bool CpuBackend::supports_op(const Tensor& t) const {
     switch (t.op) {
@@ -120,7 +120,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         ctx.barrier = [this] { pool_.barrier(); };
         ctx.scratch = scratch_.data();
         ctx.scratch_size = scratch_.size();
-        ctx.work_counter = &work_counter_;
+        ctx.work = &work_;
         for (const Tensor* n : nodes) {
             const OpFn fn = op_fn(n->op);
             if (!fn) continue;  // views: nothing to compute

@@ -9,6 +9,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/thread_pool.h"
+#include "backends/cpu/work_regions.h"
 
 namespace kiln::cpu {
 
@@ -34,7 +35,7 @@ private:
     MatmulPrecision precision_;
     ThreadPool pool_;
     std::vector<uint8_t> scratch_;  // grows to the largest need seen
-    std::atomic<int64_t> work_counter_{0};  // ComputeContext::work_counter
+    WorkRegions work_;  // ComputeContext::work (after pool_: sized by it)
 };
 
 }  // namespace kiln::cpu

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "backends/cpu/work_regions.h"
 #include "core/tensor.h"
 
 namespace kiln::cpu {
@@ -22,7 +23,7 @@ struct ComputeContext {
     bool precise = false;           // MulMat: two-pass (residual) activations, see MatmulPrecision
     // Shared by all threads: ops that hand out work in chunks (MulMat) claim them from it.
     // Thread 0 resets it before the op's first internal barrier; null: static split.
-    std::atomic<int64_t>* work_counter = nullptr;
+    WorkRegions* work = nullptr;
 };
 
 // Rows [begin, end) of n that thread ith of nth handles.

@@ -75,11 +75,11 @@ size_t scratch_bytes(const Tensor& node, int nth, bool precise) {
 
 namespace {
 
-// Groups (of kPackRows weight rows) per claimed chunk: about 8 chunks per thread so that
-// uneven threads even out, and at most 16 groups so a chunk stays a short stretch of
-// weights (16 groups of a 2048-wide Q4_0 matrix are 288 KiB).
+// Groups (of kPackRows weight rows) a thread claims at a time from its own region
+// (work_regions.h): about 8 claims per region, at most 4 groups (72 KiB of a 2048-wide Q4_0
+// matrix). The region is contiguous, so small claims keep the thread's weight stream whole.
 int64_t matmul_chunk_groups(int64_t n_groups, int nth) {
-    return std::clamp<int64_t>(n_groups / (8 * static_cast<int64_t>(nth)), 1, 16);
+    return std::clamp<int64_t>(n_groups / (8 * static_cast<int64_t>(nth)), 1, 4);
 }
 
 // Weights in a packed layout: activations become q8 rows (two per row in precise mode: the
@@ -104,8 +104,8 @@ void mul_mat_packed(const Tensor& t, ComputeContext& ctx) {
     }
     const int64_t n_groups = N / kPackRows;
     const int64_t chunk = matmul_chunk_groups(n_groups, ctx.nth);
-    if (ctx.work_counter && ctx.ith == 0) ctx.work_counter->store(0, std::memory_order_relaxed);
-    ctx.barrier();  // activations ready (and the counter reset) for every thread
+    if (ctx.work && ctx.ith == 0) ctx.work->reset(n_groups, ctx.nth);
+    ctx.barrier();  // activations ready (and the work regions set) for every thread
     const size_t group_bytes = row_size(w.type, K) * kPackRows;
     auto run = [&](int64_t g0, int64_t g1) {
         GemmTask task{.K = K,
@@ -119,19 +119,15 @@ void mul_mat_packed(const Tensor& t, ComputeContext& ctx) {
                       .y_stride = static_cast<int64_t>(t.nb[1] / sizeof(float))};
         pk.gemm(task);
     };
-    if (!ctx.work_counter) {  // no shared counter: an even static split
+    if (!ctx.work) {  // no shared regions: an even static split
         int64_t g0, g1;
         split_rows(n_groups, ctx.ith, ctx.nth, g0, g1);
         if (g0 < g1) run(g0, g1);
         return;
     }
-    // Chunks of groups claimed in order from the shared counter: a thread that the VM or
-    // the memory system slows down takes fewer chunks instead of holding up the barrier.
-    for (;;) {
-        const int64_t g0 = ctx.work_counter->fetch_add(chunk, std::memory_order_relaxed);
-        if (g0 >= n_groups) break;
-        run(g0, std::min(n_groups, g0 + chunk));
-    }
+    // Claimed in chunks: a thread that the VM or the memory system slows down is helped
+    // with the rest of its region instead of holding up the barrier.
+    for (int64_t g0, g1; ctx.work->claim(ctx.ith, chunk, g0, g1);) run(g0, g1);
 }
 
 }  // namespace
