@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cpu/thread_pool.h"
+#include "backends/cpu/work_regions.h"
 
 namespace {
 
@@ -197,6 +198,43 @@ TEST(ThreadPool, PhysicalCoresIsPositive) {
     const unsigned logical = std::thread::hardware_concurrency();
     if (logical) {
         EXPECT_LE(n, static_cast<int>(logical));
+    }
+}
+
+// WorkRegions (the matmul's work split): every item is handed out exactly once, whatever the
+// thread count, item count and chunk; a thread that does nothing still lets the others finish
+// its region (stealing); and a region's owner takes it front to back.
+TEST(WorkRegions, EveryItemClaimedOnceAndSlowThreadsAreHelped) {
+    for (int nth : {1, 2, 3, 8}) {
+        for (int64_t n_items : {0, 1, 5, 64, 1000}) {
+            for (int64_t chunk : {1, 4}) {
+                ThreadPool pool(nth);
+                kiln::cpu::WorkRegions work(nth);
+                std::vector<std::atomic<int>> seen(static_cast<size_t>(n_items));
+                std::atomic<int> owner_order_broken{0};
+                pool.run([&](int ith, int n) {
+                    if (ith == 0) work.reset(n_items, n);
+                    pool.barrier();
+                    // Thread 1 claims nothing until the others are done with everything: its
+                    // region must be taken by them.
+                    if (ith == 1) return;
+                    const int64_t per = (n_items + n - 1) / n, own0 = std::min(n_items, per * ith);
+                    int64_t next_own = own0;
+                    for (int64_t i0, i1; work.claim(ith, chunk, i0, i1);) {
+                        ASSERT_LT(i0, i1);
+                        if (i0 >= own0 && i0 < own0 + per) {  // from its own region: in order
+                            if (i0 != next_own) owner_order_broken.fetch_add(1);
+                            next_own = i1;
+                        }
+                        for (int64_t i = i0; i < i1; ++i) seen[static_cast<size_t>(i)].fetch_add(1);
+                    }
+                });
+                for (int64_t i = 0; i < n_items; ++i) {
+                    ASSERT_EQ(seen[static_cast<size_t>(i)].load(), 1) << "item " << i << " of " << n_items << ", " << nth << " threads, chunk " << chunk;
+                }
+                EXPECT_EQ(owner_order_broken.load(), 0);
+            }
+        }
     }
 }
 
