@@ -19,8 +19,8 @@ for t in f16 q8_0 q4_0; do
 done
 [ -f "$DIR/1b-q4_k_m.gguf" ] || "$TOOLS/kiln-quantize" "$DIR/1b-f16.gguf" "$DIR/1b-q4_k_m.gguf" Q4_K_M "$T" >/dev/null
 M="$DIR/1b-q4_0.gguf,$DIR/1b-q8_0.gguf,$DIR/1b-q4_k_m.gguf,$DIR/1b-f16.gguf"
-echo "## pp128, pp512, tg32 at depth 0 (bandwidth probe in the same run)"
-"$TOOLS/kiln-bench" -m "$M" -p 128,512 -n 32 -t "$T" -r 3 --bandwidth
+echo "## pp128, pp512, tg32 at depth 0 (bandwidth and compute-peak probes in the same run)"
+"$TOOLS/kiln-bench" -m "$M" -p 128,512 -n 32 -t "$T" -r 3 --bandwidth --peak
 echo "## tg32 at depth 4096"
 "$TOOLS/kiln-bench" -m "$M" -p 0 -n 32 -d 4096 -t "$T" -r 3 --bandwidth
 echo "## batched decode (Q4_0), memory at n_ctx 4096"
