@@ -189,11 +189,12 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
         if (tt_hi < 0) continue;
         const int64_t r0 = tt_lo * n_rep, Mb = (tt_hi + 1 - tt_lo) * n_rep;
 
-        if (c1 < last) {  // the next block's K and V rows, while this one computes
-            const int64_t nn = std::min(bk, last - c1);
-            prefetch_rows(k.row(hk, c1), k.nb[2], nn, row_size(k.type, hd));
-            prefetch_rows(v.row(hk, c1), v.nb[2], nn, row_size(v.type, hdv));
-        }
+        // The next block's K rows now and its V rows after Q K^T, while this one computes. Spread
+        // out rather than all 2 x 128 rows at once (a burst of prefetches stalls on the fill
+        // buffers): tg32 at depth 4096, 5 alternated pairs, 0 to +8%, median +1%, never slower.
+        // Dropping the prefetch altogether cost 10%.
+        const int64_t n_next = c1 < last ? std::min(bk, last - c1) : 0;
+        if (n_next > 0) prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
         const uint8_t* krows = k.row(hk, c0);
         if (p.staged) {
             for (int64_t i = 0; i < nk; ++i) dequantize_row(k.type, krows + i * k.nb[2], stage + i * hd, hd);
@@ -204,6 +205,7 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
         const int64_t nkp = attn_pad(nk);
         kern.gemm(Mb, nkp, hd, Q + r0 * hd, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp,
                   S + r0 * bk, bk, nullptr);  // S = Q K^T
+        if (n_next > 0) prefetch_rows(v.row(hk, c1), v.nb[2], n_next, row_size(v.type, hdv));
 
         bool any_row = false;
         for (int64_t r = r0; r < r0 + Mb; ++r) {
