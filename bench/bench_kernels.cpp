@@ -30,6 +30,7 @@
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
 #include "core/tensor.h"
+#include "core/kv_layout.h"
 #include "core/quant.h"
 #include "core/types.h"
 
@@ -156,9 +157,10 @@ struct AttnSetup {
     static constexpr int64_t hd = 64, n_head = 32, n_head_kv = 4;
     std::vector<float> qv, maskv, outv;
     std::vector<uint8_t> kv_k, kv_v;
-    kiln::Tensor q, k, v, mask, out;
+    kiln::Tensor q, k_cache, k, v, mask, out;
 
-    AttnSetup(int64_t n_tokens, int64_t n_kv, Type kv_type) {
+    // k_panels: K stored in panels (core/kv_layout.h), as the model's F16 caches are.
+    AttnSetup(int64_t n_tokens, int64_t n_kv, Type kv_type, bool k_panels = false) {
         std::mt19937 rng(7);
         std::normal_distribution<float> normal(0.0f, 1.0f);
         auto leaf = [](kiln::Tensor& t, Type type, std::array<int64_t, 4> ne, void* data) {
@@ -171,9 +173,15 @@ struct AttnSetup {
         for (auto& x : qv) x = normal(rng);
         std::vector<float> row(static_cast<size_t>(hd * n_head_kv * n_kv));
         for (auto& x : row) x = normal(rng);
-        kv_k.resize(kiln::row_size(kv_type, hd * n_head_kv) * static_cast<size_t>(n_kv));
-        kv_v.resize(kv_k.size());
-        kiln::quantize(kv_type, row.data(), kv_k.data(), n_kv, hd * n_head_kv);
+        const int64_t k_cells = k_panels ? kiln::KPanels::padded_cells(n_kv) : n_kv;
+        kv_k.resize(kiln::row_size(kv_type, hd * n_head_kv) * static_cast<size_t>(k_cells));
+        kv_v.resize(kiln::row_size(kv_type, hd * n_head_kv) * static_cast<size_t>(n_kv));
+        if (k_panels) {
+            const kiln::KPanels kp{.type = kv_type, .head_dim = hd, .n_head = n_head_kv, .cells = k_cells};
+            for (int64_t c = 0; c < n_kv; ++c) kp.write_cell(kv_k.data(), c, row.data() + c * hd * n_head_kv);
+        } else {
+            kiln::quantize(kv_type, row.data(), kv_k.data(), n_kv, hd * n_head_kv);
+        }
         for (auto& x : row) x = normal(rng);
         kiln::quantize(kv_type, row.data(), kv_v.data(), n_kv, hd * n_head_kv);
         // causal: token t sits at cell n_kv - n_tokens + t
@@ -182,24 +190,29 @@ struct AttnSetup {
             for (int64_t c = 0; c <= n_kv - n_tokens + t; ++c) maskv[static_cast<size_t>(t * n_kv + c)] = 0.0f;
         outv.resize(static_cast<size_t>(hd * n_head * n_tokens));
         leaf(q, Type::F32, {hd, n_head, n_tokens, 1}, qv.data());
+        leaf(k_cache, kv_type, {hd * n_head_kv, k_cells, 1, 1}, kv_k.data());
         leaf(k, kv_type, {hd, n_head_kv, n_kv, 1}, kv_k.data());
+        k.op = kiln::Op::View;  // the attention reads K panels through a view of the whole cache
+        k.src[0] = &k_cache;
         leaf(v, kv_type, {hd, n_head_kv, n_kv, 1}, kv_v.data());
         leaf(mask, Type::F32, {n_kv, n_tokens, 1, 1}, maskv.data());
         leaf(out, Type::F32, {hd * n_head, n_tokens, 1, 1}, outv.data());
         out.op = kiln::Op::Attention;
         out.src = {&q, &k, &v, &mask};
         out.fparams[0] = 1.0f / std::sqrt(static_cast<float>(hd));
+        out.iparams[0] = k_panels ? 1 : 0;
     }
     size_t kv_bytes() const { return kv_k.size() + kv_v.size(); }
 };
 
 // isa empty: the row-wise loop above (single-threaded); otherwise op_attention with KILN_CPU set.
-void BM_attention(benchmark::State& state, std::optional<Isa> isa, int64_t n_tokens, int64_t n_kv, int n_threads) {
+void BM_attention(benchmark::State& state, std::optional<Isa> isa, int64_t n_tokens, int64_t n_kv, int n_threads,
+                  bool k_panels) {
     if (isa && !kiln::cpu::isa_supported(*isa)) {
         state.SkipWithError("instruction set not supported here");
         return;
     }
-    AttnSetup s(n_tokens, n_kv, Type::F16);
+    AttnSetup s(n_tokens, n_kv, Type::F16, k_panels);
     const char* old_env = std::getenv("KILN_CPU");
     const std::string saved = old_env ? old_env : "";
     if (isa) setenv("KILN_CPU", std::string(kiln::cpu::isa_name(*isa)).c_str(), 1);
@@ -244,15 +257,20 @@ void register_attention() {
     for (const Shape& sh : {Shape{"tg1_kv4096", 1, 4096}, Shape{"tg1_kv512", 1, 512}, Shape{"pp512_kv512", 512, 512}}) {
         const std::string base = std::string("attn_") + sh.name + "/f16/";
         benchmark::RegisterBenchmark((base + "rowwise_before/t1").c_str(), BM_attention, std::nullopt, sh.n_tokens,
-                                     sh.n_kv, 1)
+                                     sh.n_kv, 1, false)
             ->Unit(benchmark::kMicrosecond);
-        for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
-            if (!kiln::cpu::isa_supported(isa)) continue;
-            for (int nth : {1, 2}) {
-                benchmark::RegisterBenchmark((base + std::string(kiln::cpu::isa_name(isa)) + "/t" + std::to_string(nth)).c_str(),
-                                             BM_attention, std::optional<Isa>(isa), sh.n_tokens, sh.n_kv, nth)
-                    ->Unit(benchmark::kMicrosecond)
-                    ->UseRealTime();
+        // K as rows (what q8_0 caches keep) and in panels (the F16 cache of the model)
+        for (bool panels : {false, true}) {
+            for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
+                if (!kiln::cpu::isa_supported(isa)) continue;
+                for (int nth : {1, 2}) {
+                    const std::string name = base + (panels ? "k_panels/" : "k_rows/") + std::string(kiln::cpu::isa_name(isa)) +
+                                             "/t" + std::to_string(nth);
+                    benchmark::RegisterBenchmark(name.c_str(), BM_attention, std::optional<Isa>(isa), sh.n_tokens, sh.n_kv,
+                                                 nth, panels)
+                        ->Unit(benchmark::kMicrosecond)
+                        ->UseRealTime();
+                }
             }
         }
     }

@@ -32,6 +32,7 @@
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/scheduler.h"
 #include "core/graph.h"
+#include "core/kv_layout.h"
 #include "core/quant.h"
 #include "core/types.h"
 
@@ -630,6 +631,46 @@ TEST_P(CpuOps, StoreRowsIntoCaches) {
     }
 }
 
+// K panels (core/kv_layout.h): store_rows scatters each head's row down a column of its tile. Checked
+// against the layout's formula written out here, and bit-exact with the reference conversion.
+TEST_P(CpuOps, StoreRowsIntoKPanels) {
+    const int nth = GetParam();
+    std::mt19937 rng(17);
+    for (Type t : {Type::F32, Type::F16, Type::BF16}) {
+        for (auto [hd, n_head] : {std::pair<int64_t, int64_t>{7, 3}, {64, 2}, {300, 1}}) {
+            SCOPED_TRACE(std::string(kiln::type_name(t)) + " hd=" + std::to_string(hd) + " heads=" + std::to_string(n_head));
+            const int64_t row = hd * n_head, cells = 128;  // two panels
+            const kiln::KPanels kp{.type = t, .head_dim = hd, .n_head = n_head, .cells = cells};
+            const size_t es = t == Type::F32 ? 4 : 2, bytes = static_cast<size_t>(row * cells) * es;
+            const std::vector<int32_t> ids = {4, 0, 69, 127, 64, 2};  // both panels, their edges, out of order
+            const auto xv = randn(rng, row * static_cast<int64_t>(ids.size()));
+            Harness h(nth);
+            auto* cache = static_cast<uint8_t*>(h.hold(bytes));
+            for (size_t i = 0; i < bytes; ++i) cache[i] = static_cast<uint8_t>(i * 7 + 1);
+            std::vector<uint8_t> want(cache, cache + bytes);
+            Tensor* c = h.g.leaf(t, {row, cells, 1, 1}, "cache", cache);
+            h.g.store_rows(c, h.f32({row, static_cast<int64_t>(ids.size()), 1, 1}, xv, Layout::Padded, "x"),
+                           h.input_i32(ids), "store", hd);
+            h.compute();
+            for (size_t r = 0; r < ids.size(); ++r) {
+                std::vector<uint8_t> conv(static_cast<size_t>(row) * es);
+                kiln::quantize(t, xv.data() + static_cast<int64_t>(r) * row, conv.data(), 1, row);
+                for (int64_t hh = 0; hh < n_head; ++hh)
+                    for (int64_t d = 0; d < hd; ++d) {
+                        const int64_t cell = ids[r];
+                        const size_t at = static_cast<size_t>(hh * cells * hd + cell / 64 * 64 * hd + d * 64 + cell % 64) * es;
+                        std::memcpy(want.data() + at, conv.data() + static_cast<size_t>(hh * hd + d) * es, es);
+                    }
+            }
+            EXPECT_EQ(0, std::memcmp(cache, want.data(), bytes)) << "bytes differ from the panel layout";
+            std::vector<float> back(static_cast<size_t>(row));
+            kp.read_cell(cache, ids[2], back.data());
+            const auto ref = dequant_rows(t, std::vector<float>(xv.begin() + 2 * row, xv.begin() + 3 * row), row);
+            EXPECT_EQ(back, ref) << "read_cell";
+        }
+    }
+}
+
 // ---- attention -----------------------------------------------------------------------------
 
 struct AttnCase {
@@ -697,9 +738,23 @@ std::string attn_label(const AttnCase& c) {
            " softcap=" + std::to_string(c.softcap);
 }
 
-// Runs one case through a graph on nth threads and checks it against the double-precision reference.
-void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& rng) {
-    SCOPED_TRACE(attn_label(c) + (q_permuted ? " q permuted" : ""));
+// A K cache of n_cells cells in panels (core/kv_layout.h) holding the rows of kf (one per cell). The
+// padding cells past n_cells hold large values: a score read from them would show in the result.
+Tensor* k_panel_cache(Harness& h, const AttnCase& c, const std::vector<float>& kf) {
+    const int64_t row = c.hd * c.n_head_kv, cells = kiln::KPanels::padded_cells(c.n_cells);
+    const kiln::KPanels kp{.type = c.kv_type, .head_dim = c.hd, .n_head = c.n_head_kv, .cells = cells};
+    void* d = h.hold(static_cast<size_t>(row * cells) * kp.elem_bytes());
+    const std::vector<float> junk(static_cast<size_t>(row), 3000.0f);
+    for (int64_t cell = 0; cell < cells; ++cell) {
+        kp.write_cell(d, cell, cell < c.n_cells ? kf.data() + cell * row : junk.data());
+    }
+    return h.g.leaf(c.kv_type, {row, cells, 1, 1}, "k_cache", d);
+}
+
+// Runs one case through a graph on nth threads and checks it against the double-precision reference;
+// k_panels: K stored in panels rather than rows.
+void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& rng, bool k_panels = false) {
+    SCOPED_TRACE(attn_label(c) + (q_permuted ? " q permuted" : "") + (k_panels ? " k panels" : ""));
     const Shape q_ne{c.hd, c.n_head, c.n_tokens, 1};
     const auto qv = randn(rng, numel(q_ne));
     // The caches hold n_cells rows of [hd * n_head_kv]; attention sees the first n_kv cells through a
@@ -708,7 +763,7 @@ void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& 
     const auto vf = randn(rng, c.hdv * c.n_head_kv * c.n_cells);
     const auto mask = make_mask(c, rng);
     Harness h(nth);
-    Tensor* kc = h.typed(c.kv_type, c.hd * c.n_head_kv, c.n_cells, kf, 1, "k_cache");
+    Tensor* kc = k_panels ? k_panel_cache(h, c, kf) : h.typed(c.kv_type, c.hd * c.n_head_kv, c.n_cells, kf, 1, "k_cache");
     Tensor* vc = h.typed(c.kv_type, c.hdv * c.n_head_kv, c.n_cells, vf, 1, "v_cache");
     const size_t k_head = kiln::row_size(c.kv_type, c.hd), v_head = kiln::row_size(c.kv_type, c.hdv);
     Tensor* kview = h.g.view(kc, {c.hd, c.n_head_kv, c.n_kv, 1}, {kc->nb[0], k_head, kc->nb[1], kc->nb[1] * c.n_kv}, 0);
@@ -716,7 +771,7 @@ void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& 
     Tensor* q = h.f32(q_ne, qv, q_permuted ? Layout::Permuted : Layout::Contiguous, "q");
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
     Tensor* out = h.g.attention(q, kview, vview, h.input_f32({c.n_kv, c.n_tokens, 1, 1}, mask, "mask"),
-                                AttentionParams{.scale = scale, .softcap = c.softcap}, "attn");
+                                AttentionParams{.scale = scale, .softcap = c.softcap, .k_panels = k_panels}, "attn");
     h.compute();
     ASSERT_EQ(out->ne, (Shape{c.hdv * c.n_head, c.n_tokens, 1, 1}));
     const auto kd = dequant_rows(c.kv_type, kf, c.hd * c.n_head_kv);
@@ -753,6 +808,7 @@ TEST_P(CpuOps, Attention) {
         std::mt19937 rng(8);
         for (const AttnCase& c : cases) {
             check_attention(c, nth, false, rng);
+            if (kiln::k_panels_supported(c.kv_type)) check_attention(c, nth, false, rng, true);
             // q's strides are handled before the kernels: one instruction set is enough
             if (isa == isas.front()) check_attention(c, nth, true, rng);
         }
@@ -785,7 +841,10 @@ TEST_P(CpuOps, AttentionLong) {
         SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
         ScopedIsa env(std::string(kiln::cpu::isa_name(isa)));
         std::mt19937 rng(12);
-        for (const AttnCase& c : cases) check_attention(c, nth, false, rng);
+        for (const AttnCase& c : cases) {
+            check_attention(c, nth, false, rng);
+            if (kiln::k_panels_supported(c.kv_type)) check_attention(c, nth, false, rng, true);
+        }
     }
 }
 
@@ -794,8 +853,9 @@ TEST_P(CpuOps, AttentionLong) {
 TEST_P(CpuOps, StoreThenAttend) {
     const int nth = GetParam();
     std::mt19937 rng(9);
-    for (Type kv : {Type::F32, Type::F16, Type::BF16, Type::Q8_0}) {
-        SCOPED_TRACE(std::string(kiln::type_name(kv)));
+    for (auto [kv, panels] : {std::pair{Type::F32, false}, {Type::F16, false}, {Type::BF16, false}, {Type::Q8_0, false},
+                              {Type::F32, true}, {Type::F16, true}, {Type::BF16, true}}) {
+        SCOPED_TRACE(std::string(kiln::type_name(kv)) + (panels ? " k panels" : ""));
         AttnCase c{32, 32, 4, 2, 3, 8, 12, kv, 0, 0.0f};
         const int64_t row = c.hd * c.n_head_kv;
         auto kf = randn(rng, row * c.n_cells), vf = randn(rng, row * c.n_cells);
@@ -804,16 +864,18 @@ TEST_P(CpuOps, StoreThenAttend) {
         const auto qv = randn(rng, c.hd * c.n_head * c.n_tokens);
         const auto mask = make_mask(c, rng);
         Harness h(nth);
-        Tensor* kc = h.typed(kv, row, c.n_cells, kf, 1, "k_cache");
+        Tensor* kc = panels ? k_panel_cache(h, c, kf) : h.typed(kv, row, c.n_cells, kf, 1, "k_cache");
         Tensor* vc = h.typed(kv, row, c.n_cells, vf, 1, "v_cache");
         Tensor* idx = h.input_i32(ids, "kv_idx");
-        Tensor* ks = h.g.store_rows(kc, h.f32({row, c.n_tokens, 1, 1}, knew, Layout::Contiguous, "k_new"), idx);
+        Tensor* ks = h.g.store_rows(kc, h.f32({row, c.n_tokens, 1, 1}, knew, Layout::Contiguous, "k_new"), idx, {},
+                                    panels ? c.hd : 0);
         Tensor* vs = h.g.store_rows(vc, h.f32({row, c.n_tokens, 1, 1}, vnew, Layout::Padded, "v_new"), idx);
         const size_t hb = kiln::row_size(kv, c.hd);
         Tensor* kview = h.g.view(ks, {c.hd, c.n_head_kv, c.n_kv, 1}, {ks->nb[0], hb, ks->nb[1], ks->nb[1] * c.n_kv}, 0);
         Tensor* vview = h.g.view(vs, {c.hd, c.n_head_kv, c.n_kv, 1}, {vs->nb[0], hb, vs->nb[1], vs->nb[1] * c.n_kv}, 0);
         Tensor* out = h.g.attention(h.f32({c.hd, c.n_head, c.n_tokens, 1}, qv), kview, vview,
-                                    h.input_f32({c.n_kv, c.n_tokens, 1, 1}, mask, "mask"), AttentionParams{.scale = 0.2f}, "attn");
+                                    h.input_f32({c.n_kv, c.n_tokens, 1, 1}, mask, "mask"),
+                                    AttentionParams{.scale = 0.2f, .k_panels = panels}, "attn");
         h.compute();
         for (size_t i = 0; i < ids.size(); ++i) {
             std::copy_n(knew.begin() + static_cast<int64_t>(i) * row, row, kf.begin() + ids[i] * row);

@@ -1,6 +1,9 @@
 #include "core/graph.h"
 
+#include <cstdint>
 #include <stdexcept>
+
+#include "core/kv_layout.h"
 
 namespace kiln {
 namespace {
@@ -198,14 +201,20 @@ Tensor* Graph::soft_max(Tensor* a, Tensor* mask, float s, std::string name) {
     return t;
 }
 
-Tensor* Graph::store_rows(Tensor* dst, Tensor* x, Tensor* ids, std::string name) {
+Tensor* Graph::store_rows(Tensor* dst, Tensor* x, Tensor* ids, std::string name, int64_t panel_head_dim) {
     require(x->type == Type::F32 && x->ne[0] == dst->ne[0], "store_rows",
             shape_str(x) + " rows must be F32 of the length of " + shape_str(dst));
     require(ids->type == Type::I32 && ids->ne[0] == x->ne[1], "store_rows",
             "ids " + shape_str(ids) + " must be I32 with one entry per row of " + shape_str(x));
+    if (panel_head_dim > 0) {
+        require(k_panels_supported(dst->type) && dst->ne[0] % panel_head_dim == 0 && dst->ne[1] % kKPanelCells == 0 &&
+                    dst->is_contiguous() && panel_head_dim <= INT32_MAX,
+                "store_rows", shape_str(dst) + " cannot hold K panels of head size " + std::to_string(panel_head_dim));
+    }
     Tensor* t = make(Op::StoreRows, dst->type, dst->ne, name.empty() ? dst->name : std::move(name));
     t->nb = dst->nb;
     t->src = {dst, x, ids};
+    t->iparams[0] = static_cast<int32_t>(panel_head_dim);
     nodes_.push_back(t);
     return t;
 }
@@ -218,10 +227,15 @@ Tensor* Graph::attention(Tensor* q, Tensor* k, Tensor* v, Tensor* mask, Attentio
     require(v->ne[1] == k->ne[1] && v->ne[2] == k->ne[2], "attention", "k " + shape_str(k) + " and v " + shape_str(v) + " differ");
     require(mask && mask->type == Type::F32 && mask->ne[0] == k->ne[2] && mask->ne[1] == q->ne[2], "attention",
             "mask must be F32 [n_kv, n_tokens]");
+    require(!p.k_panels || (k_panels_supported(k->type) && k->op == Op::View && k->view_offset == 0 &&
+                            k->src[0]->ne[0] == k->ne[0] * k->ne[1] && k->src[0]->ne[1] % kKPanelCells == 0 &&
+                            k->src[0]->ne[1] >= k->ne[2]),
+            "attention", "k " + shape_str(k) + " cannot be read as K panels (a view from the start of an F32/F16/BF16 cache)");
     Tensor* t = make(Op::Attention, Type::F32, {v->ne[0] * q->ne[1], q->ne[2], 1, 1}, std::move(name));
     t->src = {q, k, v, mask};
     t->fparams[0] = p.scale;
     t->fparams[1] = p.softcap;
+    t->iparams[0] = p.k_panels ? 1 : 0;
     nodes_.push_back(t);
     return t;
 }

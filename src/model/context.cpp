@@ -55,7 +55,7 @@ Context::Context(const Model& model, const ContextParams& params)
     params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
     n_ctx_ = round_up(n_ctx_, 32);
     const KvCacheOptions base{.size = n_ctx_, .type_k = params.type_k, .type_v = params.type_v, .layers = {},
-                              .n_embd_k = hp.n_embd_k_gqa(), .n_embd_v = hp.n_embd_v_gqa(), .window = 0,
+                              .n_embd_k = hp.n_embd_k_gqa(), .n_embd_v = hp.n_embd_v_gqa(), .head_dim_k = hp.head_dim, .window = 0,
                               .n_seq_max = params.n_seq_max};
     KvCacheOptions global = base;
     global.layers = layers_where(hp, false);
@@ -176,6 +176,7 @@ void Context::apply_kv_shift() {
         if (!kv || !kv->has_pending_shift()) continue;
         const auto shift = kv->pending_shift();
         std::vector<float> row(static_cast<size_t>(hp.n_embd_k_gqa()));
+        const std::optional<KPanels> panels = kv->k_panels();
         for (int il : kv->options().layers) {
             Tensor* k = kv->k(il);
             const bool swa = hp.is_swa(il);
@@ -184,7 +185,9 @@ void Context::apply_kv_shift() {
             const int half = hp.n_rot / 2;
             for (size_t c = 0; c < shift.size(); ++c) {
                 if (shift[c] == 0) continue;
-                dequantize_row(k->type, k->row(static_cast<int64_t>(c)), row.data(), k->ne[0]);
+                const auto cell = static_cast<int64_t>(c);
+                if (panels) panels->read_cell(k->data, cell, row.data());
+                else dequantize_row(k->type, k->row(cell), row.data(), k->ne[0]);
                 for (int64_t h = 0; h < hp.n_head_kv; ++h) {
                     float* x = row.data() + h * hp.head_dim;
                     const double theta_scale = std::pow(base, -2.0 / hp.n_rot);
@@ -198,7 +201,8 @@ void Context::apply_kv_shift() {
                         x[bb] = x0 * sn + x1 * cs;
                     }
                 }
-                quantize(k->type, row.data(), k->row(static_cast<int64_t>(c)), 1, k->ne[0]);
+                if (panels) panels->write_cell(k->data, cell, row.data());
+                else quantize(k->type, row.data(), k->row(cell), 1, k->ne[0]);
             }
         }
         kv->clear_pending_shift();

@@ -60,7 +60,10 @@ Tensor* GraphBuilder::self_attention(int il, Tensor* x) {
     k = g.rope(k, in.positions, hp.n_rot, hp.rope_mode, base, scale, lname(il, "k_rope"));
 
     // Write this batch's K and V rows into the cache, then attend over the cache prefix.
-    Tensor* kc = g.store_rows(kv.k(il), g.reshape(k, {hp.n_embd_k_gqa(), n_tokens, 1, 1}), ci.store_idx);
+    // K in panels where the cache type allows it (core/kv_layout.h): attention then reads K^T as stored.
+    const bool k_panels = kv.k_panels().has_value();
+    Tensor* kc = g.store_rows(kv.k(il), g.reshape(k, {hp.n_embd_k_gqa(), n_tokens, 1, 1}), ci.store_idx, {},
+                              k_panels ? hp.head_dim : 0);
     Tensor* vc = g.store_rows(kv.v(il), v, ci.store_idx);
     const size_t k_head = row_size(kc->type, hp.head_dim), v_head = row_size(vc->type, hp.head_dim_v);
     Tensor* kview = g.view(kc, {hp.head_dim, hp.n_head_kv, ci.n_kv, 1}, {kc->nb[0], k_head, kc->nb[1], kc->nb[1] * ci.n_kv}, 0,
@@ -68,7 +71,7 @@ Tensor* GraphBuilder::self_attention(int il, Tensor* x) {
     Tensor* vview = g.view(vc, {hp.head_dim_v, hp.n_head_kv, ci.n_kv, 1}, {vc->nb[0], v_head, vc->nb[1], vc->nb[1] * ci.n_kv}, 0,
                            lname(il, "v_cache_view"));
     const float kq_scale = hp.attn_scale > 0 ? hp.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-    Tensor* a = g.attention(q, kview, vview, ci.mask, AttentionParams{.scale = kq_scale, .softcap = hp.attn_softcap},
+    Tensor* a = g.attention(q, kview, vview, ci.mask, AttentionParams{.scale = kq_scale, .softcap = hp.attn_softcap, .k_panels = k_panels},
                             lname(il, "attn"));
     return linear(a, L.wo, nullptr, lname(il, "attn_out").c_str());
 }

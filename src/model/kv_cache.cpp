@@ -24,6 +24,10 @@ KvCache::KvCache(const KvCacheOptions& opts, Backend& backend) : opts_(opts) {
         }
     };
     check_row(opts.type_k, opts.n_embd_k, "K");
+    if (opts.head_dim_k < 0 || (opts.head_dim_k > 0 && opts.n_embd_k % opts.head_dim_k != 0)) {
+        throw std::invalid_argument("KV cache: K rows of " + std::to_string(opts.n_embd_k) + " are not whole heads of " +
+                                    std::to_string(opts.head_dim_k));
+    }
     check_row(opts.type_v, opts.n_embd_v, "V");
     cells_.resize(opts.size);
     shift_.assign(opts.size, 0);
@@ -31,7 +35,8 @@ KvCache::KvCache(const KvCacheOptions& opts, Backend& backend) : opts_(opts) {
         for (int kv = 0; kv < 2; ++kv) {
             Tensor t;
             t.type = kv == 0 ? opts.type_k : opts.type_v;
-            t.ne = {kv == 0 ? opts.n_embd_k : opts.n_embd_v, opts.size, 1, 1};
+            const int64_t cells = kv == 0 && k_panels() ? KPanels::padded_cells(opts.size) : opts.size;
+            t.ne = {kv == 0 ? opts.n_embd_k : opts.n_embd_v, cells, 1, 1};
             set_contiguous_strides(t);
             t.name = (kv == 0 ? "cache_k_l" : "cache_v_l") + std::to_string(layer);
             auto buf = backend.alloc_buffer(t.nbytes());
@@ -55,6 +60,12 @@ size_t KvCache::memory_bytes() const {
 
 bool KvCache::has_layer(int layer) const {
     return std::find(opts_.layers.begin(), opts_.layers.end(), layer) != opts_.layers.end();
+}
+
+std::optional<KPanels> KvCache::k_panels() const {
+    if (opts_.head_dim_k <= 0 || !k_panels_supported(opts_.type_k)) return std::nullopt;
+    return KPanels{.type = opts_.type_k, .head_dim = opts_.head_dim_k, .n_head = opts_.n_embd_k / opts_.head_dim_k,
+                   .cells = KPanels::padded_cells(opts_.size)};
 }
 
 Tensor* KvCache::k(int layer) {

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/kv_layout.h"
 #include "core/tensor.h"
 
 namespace kiln {
@@ -31,6 +33,7 @@ struct KvCacheOptions {
     std::vector<int> layers;        // model layers stored here
     int64_t n_embd_k = 0;           // K row length per layer (head_dim * n_head_kv)
     int64_t n_embd_v = 0;
+    int64_t head_dim_k = 0;         // > 0 and type_k F32/F16/BF16: K is stored in panels (core/kv_layout.h)
     int64_t window = 0;             // > 0: sliding window, cells older than it are reused
     uint32_t n_seq_max = 1;
 };
@@ -44,8 +47,11 @@ public:
     int64_t window() const { return opts_.window; }
     size_t memory_bytes() const;
     bool has_layer(int layer) const;
-    // Cache tensors of a layer: [n_embd_k, size] and [n_embd_v, size].
+    // Cache tensors of a layer: [n_embd_k, size] and [n_embd_v, size]; with K panels, K has whole
+    // panels of cells ([n_embd_k, size rounded up to kKPanelCells]) and is not one row per cell.
     Tensor* k(int layer);
+    // The layout of K when it is stored in panels.
+    std::optional<KPanels> k_panels() const;
     Tensor* v(int layer);
     const KvCacheOptions& options() const { return opts_; }
 

@@ -12,6 +12,7 @@
 #include "backends/cpu/kernels/attn_kernels.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/ops.h"
+#include "core/kv_layout.h"
 #include "core/quant.h"
 
 namespace kiln::cpu {
@@ -25,6 +26,24 @@ void op_store_rows(const Tensor& t, ComputeContext& ctx) {
     // The vector converter where the instruction set has one for the cache type (the
     // reference F16 conversion took ~1% of prompt processing).
     const FromFloatFn conv = native_from_float(dst.type);
+    if (t.iparams[0] > 0) {  // K panels: each head's elements go down a column of its tile
+        const KPanels kp{.type = dst.type, .head_dim = t.iparams[0], .n_head = dst.ne[0] / t.iparams[0], .cells = dst.ne[1]};
+        constexpr int64_t kChunk = 256;
+        alignas(64) uint8_t elems[kChunk * sizeof(float)];
+        for (int64_t r = r0; r < r1; ++r) {
+            const auto* src = reinterpret_cast<const float*>(x.row(r));
+            for (int64_t h = 0; h < kp.n_head; ++h) {
+                for (int64_t d0 = 0; d0 < kp.head_dim; d0 += kChunk) {
+                    const int64_t n = std::min(kChunk, kp.head_dim - d0);
+                    const float* part = src + h * kp.head_dim + d0;
+                    if (conv) conv(part, elems, n);
+                    else quantize(dst.type, part, elems, 1, n);
+                    kp.scatter(dst.data, ids[r], h, d0, elems, n);
+                }
+            }
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; ++r) {
         const auto* src = reinterpret_cast<const float*>(x.row(r));
         if (conv) conv(src, dst.row(ids[r]), dst.ne[0]);
@@ -65,6 +84,8 @@ struct AttnPlan {
     int64_t n_split = 1;  // key ranges per (query block, KV head); > 1: partial results merged after a barrier
     int64_t split_len = 0;
     bool staged = false;  // K/V type the kernels cannot read: rows dequantized to float first
+    bool k_panels = false;  // K stored as K^T tiles (core/kv_layout.h); blocks then start on panel boundaries
+    KPanels kp;
     // Per-thread regions, in floats from the thread's base.
     size_t q_off = 0, kt_off = 0, v_off = 0, s_off = 0, o_off = 0, stat_off = 0, stage_off = 0, range_off = 0;
     size_t per_thread = 0;
@@ -98,6 +119,12 @@ AttnPlan make_plan(const Tensor& t, int nth) {
         p.n_split = nth;
     }
     p.split_len = (p.n_kv + p.n_split - 1) / p.n_split;
+    p.k_panels = t.iparams[0] != 0;
+    if (p.k_panels) {
+        // the cache's cell count: the view's source is the cache (or store_rows into it)
+        p.kp = KPanels{.type = k.type, .head_dim = p.hd, .n_head = p.n_head_kv, .cells = k.src[0]->ne[1]};
+        p.split_len = KPanels::padded_cells(p.split_len);
+    }
     p.staged = !attn_native_type(k.type) || !attn_native_type(v.type);
 
     const int64_t M = p.M();
@@ -117,6 +144,42 @@ AttnPlan make_plan(const Tensor& t, int nth) {
     p.per_thread = off;
     p.partial_floats = p.n_split > 1 ? line_floats(M * p.ldv + 2 * M) : 0;
     return p;
+}
+
+// S [Mb, bk] = Q [Mb, hd] K^T for the keys c0 .. c0 + nk of KV head hk, K stored as rows: the block is
+// transposed (and converted to float) into KT [hd, bk] first.
+void attend_k_rows(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, int64_t c0, int64_t nk, int64_t hk,
+                   const float* Q, int64_t Mb, float* KT, float* stage, float* S) {
+    const int64_t hd = p.hd, bk = p.bk, nkp = attn_pad(nk);
+    const uint8_t* krows = k.row(hk, c0);
+    if (p.staged) {
+        for (int64_t i = 0; i < nk; ++i) dequantize_row(k.type, krows + i * k.nb[2], stage + i * hd, hd);
+        kern.k_transpose(Type::F32, reinterpret_cast<const uint8_t*>(stage), hd * sizeof(float), nk, hd, KT, bk);
+    } else {
+        kern.k_transpose(k.type, krows, k.nb[2], nk, hd, KT, bk);
+    }
+    kern.gemm(Mb, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr);
+}
+
+// The same with K in panels (c0 on a panel boundary): a tile is already K^T. Few query rows (generation) read it
+// as stored, converting each element once; many rows get a float copy first (row by row, no transpose). Columns
+// nk .. attn_pad(nk) read cells past the block, still inside its panel: their scores are never used.
+void attend_k_panels(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, int64_t c0, int64_t nk, int64_t hk,
+                     const float* Q, int64_t Mb, float* KT, float* S) {
+    const int64_t hd = p.hd, bk = p.bk, nkp = attn_pad(nk);
+    const bool direct = k.type == Type::F32 || Mb <= 8;
+    for (int64_t j = 0; j < nkp; j += kKPanelCells) {
+        const uint8_t* tile = p.kp.tile(k.data, c0 + j, hk);
+        const int64_t cols = std::min(kKPanelCells, nkp - j);
+        if (direct) {
+            kern.gemm(Mb, cols, hd, Q, hd, k.type, tile, p.kp.tile_row_bytes(), kKPanelCells, S + j, bk, nullptr);
+        } else {
+            kern.v_rows(k.type, tile, p.kp.tile_row_bytes(), hd, kKPanelCells, KT + j, bk);
+        }
+    }
+    if (!direct) {
+        kern.gemm(Mb, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr);
+    }
 }
 
 float* aligned_base(uint8_t* scratch) {
@@ -174,6 +237,8 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             last = std::max(last, hi);
         }
     }
+    // Key blocks of K panels start on a panel (the mask hides the cells before `first`).
+    if (p.k_panels && first < last) first = first / kKPanelCells * kKPanelCells;
 
     for (int64_t c0 = first; c0 < last; c0 += bk) {
         const int64_t nk = std::min(bk, last - c0), c1 = c0 + nk;
@@ -194,17 +259,15 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
         // buffers): tg32 at depth 4096, 5 alternated pairs, 0 to +8%, median +1%, never slower.
         // Dropping the prefetch altogether cost 10%.
         const int64_t n_next = c1 < last ? std::min(bk, last - c1) : 0;
-        if (n_next > 0) prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
-        const uint8_t* krows = k.row(hk, c0);
-        if (p.staged) {
-            for (int64_t i = 0; i < nk; ++i) dequantize_row(k.type, krows + i * k.nb[2], stage + i * hd, hd);
-            kern.k_transpose(Type::F32, reinterpret_cast<const uint8_t*>(stage), hd * sizeof(float), nk, hd, KT, bk);
+        if (p.k_panels) {
+            for (int64_t j = 0; j < n_next; j += kKPanelCells) {
+                prefetch_rows(p.kp.tile(k.data, c1 + j, hk), 0, 1, p.kp.tile_bytes());
+            }
+            attend_k_panels(k, p, kern, c0, nk, hk, Q + r0 * hd, Mb, KT, S + r0 * bk);
         } else {
-            kern.k_transpose(k.type, krows, k.nb[2], nk, hd, KT, bk);
+            if (n_next > 0) prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
+            attend_k_rows(k, p, kern, c0, nk, hk, Q + r0 * hd, Mb, KT, stage, S + r0 * bk);
         }
-        const int64_t nkp = attn_pad(nk);
-        kern.gemm(Mb, nkp, hd, Q + r0 * hd, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp,
-                  S + r0 * bk, bk, nullptr);  // S = Q K^T
         if (n_next > 0) prefetch_rows(v.row(hk, c1), v.nb[2], n_next, row_size(v.type, hdv));
 
         bool any_row = false;

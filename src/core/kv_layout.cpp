@@ -1,0 +1,40 @@
+#include "core/kv_layout.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/quant.h"
+
+namespace kiln {
+
+void KPanels::read_cell(const void* data, int64_t c, float* row) const {
+    const size_t eb = elem_bytes(), col = static_cast<size_t>(c % kKPanelCells) * eb;
+    for (int64_t h = 0; h < n_head; ++h) {
+        const uint8_t* t = tile(data, c, h) + col;
+        for (int64_t d = 0; d < head_dim; ++d) {
+            dequantize_row(type, t + static_cast<size_t>(d) * tile_row_bytes(), row + h * head_dim + d, 1);
+        }
+    }
+}
+
+void KPanels::write_cell(void* data, int64_t c, const float* row) const {
+    const int64_t n = n_head * head_dim;
+    std::vector<uint8_t> elems(static_cast<size_t>(n) * elem_bytes());
+    quantize(type, row, elems.data(), 1, n);
+    for (int64_t h = 0; h < n_head; ++h) {
+        scatter(data, c, h, 0, elems.data() + static_cast<size_t>(h * head_dim) * elem_bytes(), head_dim);
+    }
+}
+
+void KPanels::scatter(void* data, int64_t c, int64_t h, int64_t d0, const void* elems, int64_t n) const {
+    const size_t eb = elem_bytes(), step = tile_row_bytes();
+    uint8_t* dst = tile(data, c, h) + static_cast<size_t>(c % kKPanelCells) * eb + static_cast<size_t>(d0) * step;
+    const auto* src = static_cast<const uint8_t*>(elems);
+    if (eb == 2) {
+        for (int64_t d = 0; d < n; ++d) std::memcpy(dst + static_cast<size_t>(d) * step, src + 2 * d, 2);
+    } else {
+        for (int64_t d = 0; d < n; ++d) std::memcpy(dst + static_cast<size_t>(d) * step, src + 4 * d, 4);
+    }
+}
+
+}  // namespace kiln
