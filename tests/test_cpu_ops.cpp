@@ -677,7 +677,9 @@ struct AttnCase {
     int64_t hd, hdv, n_head, n_head_kv, n_tokens, n_kv, n_cells;
     Type kv_type;
     // 0 causal, 1 sliding window of 3, 2 random holes + a fully masked token, 3 window of 150,
-    // 4 three sequences in runs of 37 cells (token t belongs to sequence t % 3), as in batched decoding
+    // 4 three sequences in runs of 37 cells (token t belongs to sequence t % 3), as in batched decoding,
+    // 5 five sequences interleaved cell by cell (cell % 5), as batched decoding places generated tokens:
+    // sparse enough that op_attention gathers each token's keys
     int mask_kind;
     float softcap;
 };
@@ -693,6 +695,7 @@ std::vector<float> make_mask(const AttnCase& c, std::mt19937& rng) {
             if (c.mask_kind == 1) see = see && cell > pos - 3;
             if (c.mask_kind == 3) see = see && cell > pos - 150;
             if (c.mask_kind == 4) see = see && (cell / 37) % 3 == t % 3;
+            if (c.mask_kind == 5) see = see && cell % 5 == t % 5;
             if (c.mask_kind == 2) see = see && (cell == pos || coin(rng) != 0) && t != 1;
             if (see) m[static_cast<size_t>(t * c.n_kv + cell)] = 0.0f;
         }
@@ -791,7 +794,7 @@ TEST_P(CpuOps, Attention) {
         for (auto [hd, hdv] : {std::pair<int64_t, int64_t>{32, 32}, {64, 32}, {7, 7}, {33, 5}}) {
             if (blocky && (hd % 32 || hdv % 32)) continue;
             for (auto [nh, nkv] : {std::pair<int64_t, int64_t>{2, 2}, {4, 2}, {4, 1}, {8, 2}}) {  // GQA 1, 2, 4, 4
-                for (int mk : {0, 1, 2}) {
+                for (int mk : {0, 1, 2, 5}) {
                     for (float cap : {0.0f, 1.5f}) {
                         cases.push_back({hd, hdv, nh, nkv, 5, 11, 14, kv, mk, cap});
                     }
@@ -836,6 +839,10 @@ TEST_P(CpuOps, AttentionLong) {
         // batched decoding: each token sees only its own sequence's cells
         {64, 64, 8, 1, 12, 400, 400, Type::F16, 4, 0.0f},
         {64, 64, 2, 2, 30, 290, 290, Type::BF16, 4, 0.0f},
+        {64, 64, 8, 1, 12, 400, 400, Type::F16, 5, 0.0f},  // gathered: more than one block of keys per token
+        {128, 128, 4, 2, 7, 700, 700, Type::Q8_0, 5, 0.0f},
+        {64, 64, 4, 1, 9, 333, 333, Type::Q4_0, 5, 20.0f},
+        {256, 256, 4, 4, 5, 900, 900, Type::BF16, 5, 0.0f},
     };
     for (Isa isa : isas_to_test()) {
         SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));

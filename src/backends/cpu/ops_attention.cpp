@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #if defined(_MSC_VER) && !defined(__clang__)
@@ -54,6 +55,10 @@ void op_store_rows(const Tensor& t, ComputeContext& ctx) {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// A query block gathers each token's keys when fewer than 1 / kGatherRatio of the keys in its span are
+// visible: gathering costs a copy of every visible K and V row per token, the dense blocks the scores
+// of every key in the span for every token (causal prompts see about half of it, and stay dense).
+constexpr int64_t kGatherRatio = 4;
 
 // Asks for n rows of `bytes` bytes each, `stride` apart, to be brought into L2. One KV head's
 // rows are strided in the cache (a cell holds every KV head), which the hardware prefetchers
@@ -88,6 +93,7 @@ struct AttnPlan {
     KPanels kp;
     // Per-thread regions, in floats from the thread's base.
     size_t q_off = 0, kt_off = 0, v_off = 0, s_off = 0, o_off = 0, stat_off = 0, stage_off = 0, range_off = 0;
+    size_t gather_off = 0;  // gathered keys: cell indices [bk] (int64), mask values [bk], raw rows [bk, max(hd, hdv)]
     size_t per_thread = 0;
     size_t partial_floats = 0;  // per item when n_split > 1: O [M, ldv], then m [M] and l [M]
 
@@ -141,6 +147,7 @@ AttnPlan make_plan(const Tensor& t, int nth) {
     take(p.stat_off, 3 * M);  // running max, running sum, correction of this block
     take(p.stage_off, p.staged ? p.bk * std::max(p.hd, p.hdv) : 0);
     take(p.range_off, 2 * p.bq * static_cast<int64_t>(sizeof(int64_t) / sizeof(float)));
+    take(p.gather_off, p.bk * (3 + std::max(p.hd, p.hdv)));
     p.per_thread = off;
     p.partial_floats = p.n_split > 1 ? line_floats(M * p.ldv + 2 * M) : 0;
     return p;
@@ -179,6 +186,80 @@ void attend_k_panels(const Tensor& k, const AttnPlan& p, const AttnKernels& kern
     }
     if (!direct) {
         kern.gemm(Mb, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr);
+    }
+}
+
+// One row of a block's scores through the online softmax: s = softcap(s) + mask, then exp(s - running
+// max); mx and sum are the row's running max and sum, corr the factor its output must be scaled by
+// before this block's P V is added. False (P = 0, corr = 1) when the row sees no key of the block.
+bool softmax_block_row(const AttnKernels& kern, float* s, const float* mask, int64_t nk, float softcap, float& mx,
+                       float& sum, float& corr) {
+    const float bmax = kern.score_row(s, mask, nk, softcap);
+    if (bmax == kNegInf) {
+        std::fill(s, s + nk, 0.0f);
+        corr = 1.0f;
+        return false;
+    }
+    const float m_new = std::max(mx, bmax);
+    corr = std::exp(mx - m_new);  // 0 on the row's first visible block
+    mx = m_new;
+    sum = sum * corr + kern.exp_row(s, nk, m_new);
+    return true;
+}
+
+// Attention of one token (its n_rep query rows from r0) over only the keys it sees in [lo, hi), gathered
+// bk at a time into dense tiles. Batched decoding interleaves the sequences' cells, so each token sees a
+// small share of the keys in its span, and the dense blocks would compute and discard the rest.
+// mx, sum and corr point at the token's first row's running statistics.
+void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, int64_t token, int64_t r0,
+                     int64_t hk, int64_t lo, int64_t hi, float* mx, float* sum, float* corr) {
+    const Tensor& k = *t.src[1];
+    const Tensor& v = *t.src[2];
+    const auto* mask = reinterpret_cast<const float*>(t.src[3]->row(token));
+    const int64_t hd = p.hd, hdv = p.hdv, bk = p.bk, ldv = p.ldv, M = p.n_rep;
+    float* Q = w + p.q_off + r0 * hd;
+    float* KT = w + p.kt_off;  // [hd, bk]
+    float* S = w + p.s_off + r0 * bk;
+    float* O = w + p.o_off + r0 * ldv;
+    auto* idx = reinterpret_cast<int64_t*>(w + p.gather_off);  // [bk]
+    float* gmask = w + p.gather_off + 2 * bk;                  // [bk]
+    auto* raw = reinterpret_cast<uint8_t*>(gmask + bk);         // [bk] rows of up to max(hd, hdv) floats
+    // Gathered rows are raw cache rows (or floats for the types the kernels cannot read).
+    const bool k_float = !attn_native_type(k.type), v_float = !attn_native_type(v.type);
+    const size_t krb = k_float ? hd * sizeof(float) : row_size(k.type, hd);
+    const size_t vrb = v_float ? hdv * sizeof(float) : row_size(v.type, hdv);
+    for (int64_t c = lo; c < hi;) {
+        int64_t nk = 0;
+        for (; c < hi && nk < bk; ++c) {
+            if (mask[c] == kNegInf) continue;
+            idx[nk] = c;
+            gmask[nk++] = mask[c];
+        }
+        if (nk == 0) break;
+        for (int64_t i = 0; i < nk; ++i) {
+            uint8_t* dst = raw + static_cast<size_t>(i) * krb;
+            if (p.k_panels) {
+                const size_t eb = p.kp.elem_bytes();
+                const uint8_t* col = p.kp.tile(k.data, idx[i], hk) + static_cast<size_t>(idx[i] % kKPanelCells) * eb;
+                for (int64_t d = 0; d < hd; ++d) std::memcpy(dst + d * eb, col + d * p.kp.tile_row_bytes(), eb);
+            } else if (k_float) {
+                dequantize_row(k.type, k.row(hk, idx[i]), reinterpret_cast<float*>(dst), hd);
+            } else {
+                std::memcpy(dst, k.row(hk, idx[i]), krb);
+            }
+        }
+        const int64_t nkp = attn_pad(nk);
+        kern.k_transpose(k_float ? Type::F32 : k.type, raw, krb, nk, hd, KT, bk);
+        kern.gemm(M, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr);
+        bool any_row = false;
+        for (int64_t r = 0; r < M; ++r) any_row |= softmax_block_row(kern, S + r * bk, gmask, nk, t.fparams[1], mx[r], sum[r], corr[r]);
+        if (!any_row) continue;
+        for (int64_t i = 0; i < nk; ++i) {
+            uint8_t* dst = raw + static_cast<size_t>(i) * vrb;
+            if (v_float) dequantize_row(v.type, v.row(hk, idx[i]), reinterpret_cast<float*>(dst), hdv);
+            else std::memcpy(dst, v.row(hk, idx[i]), vrb);
+        }
+        kern.gemm(M, ldv, nk, S, bk, v_float ? Type::F32 : v.type, raw, vrb, hdv, O, ldv, corr);
     }
 }
 
@@ -237,6 +318,22 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             last = std::max(last, hi);
         }
     }
+    // Few of the keys in the tokens' spans visible (sequences interleaved in batched decoding): each
+    // token attends to its own keys, gathered, instead of the query block computing every score.
+    int64_t visible = 0;
+    for (int64_t tt = 0; tt < nt; ++tt) {
+        const auto* m = reinterpret_cast<const float*>(mask.row(t0 + tt));
+        for (int64_t c = range[2 * tt]; c < range[2 * tt + 1]; ++c) visible += m[c] != kNegInf;
+    }
+    if (visible * kGatherRatio < nt * (last - first)) {
+        for (int64_t tt = 0; tt < nt; ++tt) {
+            const int64_t r0 = tt * n_rep;
+            if (range[2 * tt] < range[2 * tt + 1]) {
+                attend_gathered(t, p, kern, w, t0 + tt, r0, hk, range[2 * tt], range[2 * tt + 1], mx + r0, sum + r0, corr + r0);
+            }
+        }
+        first = last;  // no dense blocks
+    }
     // Key blocks of K panels start on a panel (the mask hides the cells before `first`).
     if (p.k_panels && first < last) first = first / kKPanelCells * kKPanelCells;
 
@@ -274,19 +371,13 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
         for (int64_t r = r0; r < r0 + Mb; ++r) {
             const int64_t tt = r / n_rep;
             float* s = S + r * bk;
-            const float bmax = range[2 * tt] < c1 && range[2 * tt + 1] > c0
-                                   ? kern.score_row(s, reinterpret_cast<const float*>(mask.row(t0 + tt)) + c0, nk, softcap)
-                                   : kNegInf;
-            if (bmax == kNegInf) {  // nothing visible to this row here: P = 0, O unchanged
+            if (range[2 * tt] < c1 && range[2 * tt + 1] > c0) {
+                const auto* m = reinterpret_cast<const float*>(mask.row(t0 + tt)) + c0;
+                any_row |= softmax_block_row(kern, s, m, nk, softcap, mx[r], sum[r], corr[r]);
+            } else {
                 std::fill(s, s + nk, 0.0f);
                 corr[r] = 1.0f;
-                continue;
             }
-            any_row = true;
-            const float m_new = std::max(mx[r], bmax);
-            corr[r] = std::exp(mx[r] - m_new);  // 0 on the row's first visible block
-            mx[r] = m_new;
-            sum[r] = sum[r] * corr[r] + kern.exp_row(s, nk, m_new);
         }
         if (!any_row) continue;
 
