@@ -8,12 +8,10 @@
 namespace kiln {
 
 void KPanels::read_cell(const void* data, int64_t c, float* row) const {
-    const size_t eb = elem_bytes(), col = static_cast<size_t>(c % kKPanelCells) * eb;
+    std::vector<uint8_t> elems(static_cast<size_t>(head_dim) * elem_bytes());
     for (int64_t h = 0; h < n_head; ++h) {
-        const uint8_t* t = tile(data, c, h) + col;
-        for (int64_t d = 0; d < head_dim; ++d) {
-            dequantize_row(type, t + static_cast<size_t>(d) * tile_row_bytes(), row + h * head_dim + d, 1);
-        }
+        gather(data, c, h, 0, elems.data(), head_dim);
+        dequantize_row(type, elems.data(), row + h * head_dim, head_dim);
     }
 }
 
@@ -35,6 +33,13 @@ void KPanels::scatter(void* data, int64_t c, int64_t h, int64_t d0, const void* 
     } else {
         for (int64_t d = 0; d < n; ++d) std::memcpy(dst + static_cast<size_t>(d) * step, src + 4 * d, 4);
     }
+}
+
+void KPanels::gather(const void* data, int64_t c, int64_t h, int64_t d0, void* elems, int64_t n) const {
+    const size_t eb = elem_bytes(), step = tile_row_bytes();
+    const uint8_t* src = tile(data, c, h) + static_cast<size_t>(c % kKPanelCells) * eb + static_cast<size_t>(d0) * step;
+    auto* dst = static_cast<uint8_t*>(elems);
+    for (int64_t d = 0; d < n; ++d) std::memcpy(dst + static_cast<size_t>(d) * eb, src + static_cast<size_t>(d) * step, eb);
 }
 
 }  // namespace kiln

@@ -14,8 +14,8 @@
 // (cells: the tensor's cell count, a multiple of 64). Attention multiplies the
 // queries by K^T; with rows it had to transpose every key block for every
 // token it generated (a quarter of the attention time at depth 4096). With
-// panels a tile is already the B operand of Q K^T, and the keys one head reads
-// are one contiguous run of memory, which the hardware prefetchers follow.
+// panels a tile is already the B operand of Q K^T. (Head-major regions made
+// the keys one head reads one contiguous run; that alone measured no faster.)
 // Writing a cell scatters its row over head_dim places per head, once per token.
 #pragma once
 
@@ -61,6 +61,8 @@ struct KPanels {
     void write_cell(void* data, int64_t c, const float* row) const;
     // Stores n elements already of the cache type (converted by the caller) as dims d0 .. d0 + n of head h.
     void scatter(void* data, int64_t c, int64_t h, int64_t d0, const void* elems, int64_t n) const;
+    // The inverse: copies dims d0 .. d0 + n of head h (of the cache type) to elems.
+    void gather(const void* data, int64_t c, int64_t h, int64_t d0, void* elems, int64_t n) const;
 };
 
 }  // namespace kiln

@@ -239,9 +239,7 @@ void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern
         for (int64_t i = 0; i < nk; ++i) {
             uint8_t* dst = raw + static_cast<size_t>(i) * krb;
             if (p.k_panels) {
-                const size_t eb = p.kp.elem_bytes();
-                const uint8_t* col = p.kp.tile(k.data, idx[i], hk) + static_cast<size_t>(idx[i] % kKPanelCells) * eb;
-                for (int64_t d = 0; d < hd; ++d) std::memcpy(dst + d * eb, col + d * p.kp.tile_row_bytes(), eb);
+                p.kp.gather(k.data, idx[i], hk, 0, dst, hd);
             } else if (k_float) {
                 dequantize_row(k.type, k.row(hk, idx[i]), reinterpret_cast<float*>(dst), hd);
             } else {
