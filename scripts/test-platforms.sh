@@ -4,11 +4,12 @@
 #     scheduler tests, and the kernel / op / GEMM tests once per x86 kernel set
 #     (KILN_CPU=scalar|avx2|avx512, the sets this CPU runs); the engine's checks
 #     against the reference model once per set (release build);
-#   - Linux ARM64 (cross build, tests under qemu-aarch64): every kernel test with
+#   - Linux ARM64 (cross build, tests under qemu-aarch64): the kernel tests with
 #     -cpu max (i8mm + dotprod variants), neoverse-n1 (dotprod) and cortex-a53
-#     (plain NEON), the GGUF, tokenizer, type and float-format tests, and greedy
-#     generation equal to x86-64's (scripts/cross-e2e.sh);
-#   - Windows x86-64 (MinGW cross build, tests under wine): the same unit tests and
+#     (plain NEON), the rest of the unit suite (ops, GEMM, thread pool,
+#     scheduler, GGUF, types, quantization, tokenizer, templates, sampling) with
+#     -cpu max, and greedy generation equal to x86-64's (scripts/cross-e2e.sh);
+#   - Windows x86-64 (MinGW cross build, tests under wine): the whole unit suite and
 #     kiln-cli.exe generating from paths with spaces and non-ASCII characters.
 # Every stage prints its wall time. KILN_PLATFORMS (default "isa arm64 windows")
 # picks stages.
@@ -42,7 +43,13 @@ stage_done() { echo "== $1: $(( SECONDS - $2 )) s"; }
 have_flags() { local f; for f in "$@"; do grep -qw "$f" /proc/cpuinfo || return 1; done; }
 
 PLATFORMS="${KILN_PLATFORMS:-isa arm64 windows}"
-UNIT_TESTS=(test_cpu_kernels test_gguf test_tokenizer test_types test_quant_float)
+# The whole unit suite: every GoogleTest binary of tests/ (one per
+# tests/test_*.cpp), test_cpu_kernels first: under qemu it runs once per CPU
+# model, the rest once.
+UNIT_TESTS=(test_cpu_kernels)
+for f in "$ROOT"/tests/test_*.cpp; do
+  t=$(basename "$f" .cpp); [ "$t" = test_cpu_kernels ] || UNIT_TESTS+=("$t")
+done
 
 # ---- KILN_OPENMP=ON, portable: every x86 kernel set ------------------------
 # One extra native build serves two checks: KILN_OPENMP=ON builds and passes
