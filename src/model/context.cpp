@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -169,9 +170,30 @@ void Context::decode_ubatch(const Batch& b, size_t begin, size_t end) {
 }
 
 // Rotates cached K rows by the position deltas recorded by seq_add: RoPE of
-// angle (p + d) equals RoPE of angle d applied after RoPE of angle p.
+// angle (p + d) equals RoPE of angle d applied after RoPE of angle p. The
+// rotation depends on the delta, not on the cell, so its cos/sin pairs are
+// computed once per distinct delta (a context shift has one) and layer kind.
 void Context::apply_kv_shift() {
     const HParams& hp = model_.hparams();
+    const int half = hp.n_rot / 2;
+    const bool neox = hp.rope_mode == RopeMode::Neox;
+    // (swa, delta) -> cos/sin interleaved per rotated pair [half][2]
+    std::map<std::pair<bool, int32_t>, std::vector<float>> rotations;
+    auto rotation = [&](bool swa, int32_t delta) -> const std::vector<float>& {
+        auto [it, added] = rotations.try_emplace({swa, delta});
+        if (added) {
+            const double base = swa ? hp.rope_freq_base_swa : hp.rope_freq_base;
+            const double fscale = swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale;
+            const double theta_scale = std::pow(base, -2.0 / hp.n_rot);
+            it->second.resize(2 * static_cast<size_t>(half));
+            double theta = delta * fscale;
+            for (int i = 0; i < half; ++i, theta *= theta_scale) {
+                it->second[2 * static_cast<size_t>(i)] = static_cast<float>(std::cos(theta));
+                it->second[2 * static_cast<size_t>(i) + 1] = static_cast<float>(std::sin(theta));
+            }
+        }
+        return it->second;
+    };
     for (KvCache* kv : {kv_global_.get(), kv_swa_.get()}) {
         if (!kv || !kv->has_pending_shift()) continue;
         const auto shift = kv->pending_shift();
@@ -180,25 +202,21 @@ void Context::apply_kv_shift() {
         for (int il : kv->options().layers) {
             Tensor* k = kv->k(il);
             const bool swa = hp.is_swa(il);
-            const double base = swa ? hp.rope_freq_base_swa : hp.rope_freq_base;
-            const double fscale = swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale;
-            const int half = hp.n_rot / 2;
             for (size_t c = 0; c < shift.size(); ++c) {
                 if (shift[c] == 0) continue;
+                const std::vector<float>& cs = rotation(swa, shift[c]);
                 const auto cell = static_cast<int64_t>(c);
                 if (panels) panels->read_cell(k->data, cell, row.data());
                 else dequantize_row(k->type, k->row(cell), row.data(), k->ne[0]);
                 for (int64_t h = 0; h < hp.n_head_kv; ++h) {
                     float* x = row.data() + h * hp.head_dim;
-                    const double theta_scale = std::pow(base, -2.0 / hp.n_rot);
-                    double theta = shift[c] * fscale;
-                    for (int i = 0; i < half; ++i, theta *= theta_scale) {
-                        const int a = hp.rope_mode == RopeMode::Neox ? i : 2 * i;
-                        const int bb = hp.rope_mode == RopeMode::Neox ? i + half : 2 * i + 1;
-                        const float cs = static_cast<float>(std::cos(theta)), sn = static_cast<float>(std::sin(theta));
-                        const float x0 = x[a], x1 = x[bb];
-                        x[a] = x0 * cs - x1 * sn;
-                        x[bb] = x0 * sn + x1 * cs;
+                    for (int i = 0; i < half; ++i) {
+                        const int a = neox ? i : 2 * i;
+                        const int b = neox ? i + half : 2 * i + 1;
+                        const float cos_t = cs[2 * static_cast<size_t>(i)], sin_t = cs[2 * static_cast<size_t>(i) + 1];
+                        const float x0 = x[a], x1 = x[b];
+                        x[a] = x0 * cos_t - x1 * sin_t;
+                        x[b] = x0 * sin_t + x1 * cos_t;
                     }
                 }
                 if (panels) panels->write_cell(k->data, cell, row.data());

@@ -85,6 +85,11 @@ def synth_models(tool, testdata, tmp_path_factory):
         "qwen2-q8_0": ["--arch", "qwen2", "--type", "q8_0"],
         # 6 layers: 5 sliding-window layers and one global; a window of 8 so prompts cross it
         "gemma3-q4_0": ["--arch", "gemma3", "--type", "q4_0", "--n-layer", "6", "--sliding-window", "8"],
+        # One layer: K and V depend on the token alone, so a K-shift must reproduce decoding at the
+        # shifted positions exactly (deeper layers see the old positions in their inputs)
+        "llama-1l-f16": ["--arch", "llama", "--type", "f16", "--n-layer", "1"],
+        "qwen2-1l-q8_0": ["--arch", "qwen2", "--type", "q8_0", "--n-layer", "1"],
+        "gemma3-1l-q4_0": ["--arch", "gemma3", "--type", "q4_0", "--n-layer", "1", "--sliding-window", "8"],
     }
     out = {}
     for name, args in specs.items():

@@ -208,7 +208,8 @@ def test_kv_cache_operations(synth_models):
     a = ctx.logits(-1)
     ctx.decode([p[-1]], pos=[len(p)], seq_ids=[[0]])
     assert np.allclose(ctx.logits(-1), a, atol=1e-4)
-    # Shifting positions re-rotates K: decoding after a shift equals decoding at the shifted positions.
+    # Moving the whole sequence by one delta keeps its relative positions: the same logits (the
+    # rotation itself is checked by test_kv_shift_equals_decoding_at_shifted_positions).
     ctx2 = Context(model, n_ctx=128, type_k="f32", type_v="f32", precision="precise")
     ctx2.decode(p[:8], pos=list(range(5, 13)))
     ctx2.seq_add(0, 0, -1, -5)
@@ -216,6 +217,38 @@ def test_kv_cache_operations(synth_models):
     ctx3 = Context(model, n_ctx=128, type_k="f32", type_v="f32", precision="precise")
     ctx3.decode(p[:9])
     assert np.allclose(ctx2.logits(-1), ctx3.logits(-1), atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["llama-1l-f16", "qwen2-1l-q8_0", "gemma3-1l-q4_0"])
+@pytest.mark.parametrize("type_k", ["f32", "f16", "bf16", "q8_0"])
+def test_kv_shift_equals_decoding_at_shifted_positions(synth_models, name, type_k):
+    """Three runs of tokens with gaps between them are closed up by two seq_add calls of different
+    deltas (cells shifted by 0, -10 and -26), so K is re-rotated through the panel and row layouts,
+    with normal (llama) and NEOX (qwen2, gemma3) RoPE, in global and sliding-window caches. With
+    one layer, K and V depend on the token alone, so the next token's logits must equal decoding
+    the tokens at positions 0..19 directly, up to the cache type's rounding: no more than 5x what
+    storing K in that type changes (a K-shift by the same delta for every cell would keep the
+    relative positions and could not show a wrong rotation)."""
+    model = Model(synth_models[name])
+    p = [100 + 3 * i for i in range(21)]
+    gapped = list(range(0, 7)) + list(range(17, 24)) + list(range(40, 46))
+
+    def logits(tk, shift):
+        ctx = Context(model, n_ctx=128, type_k=tk, type_v="f32", precision="precise")
+        if shift:
+            ctx.decode(p[:20], pos=gapped)
+            ctx.seq_add(0, 17, 24, -10)
+            ctx.seq_add(0, 40, -1, -26)
+            assert ctx.pos_max(0) == 19
+            ctx.decode([p[20]], pos=[20])
+        else:
+            ctx.decode(p[:21])
+        return ctx.logits(-1)
+
+    direct = logits(type_k, False)
+    rounding = np.abs(direct - logits("f32", False)).max()
+    err = np.abs(logits(type_k, True) - direct).max()
+    assert err <= 5 * rounding + 1e-4, f"{name} K {type_k}: shifted differs by {err}, storing K as {type_k} by {rounding}"
 
 
 def test_sliding_window_beyond_the_window(synth_models):
