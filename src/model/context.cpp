@@ -173,10 +173,13 @@ void Context::decode_ubatch(const Batch& b, size_t begin, size_t end) {
 // angle (p + d) equals RoPE of angle d applied after RoPE of angle p. The
 // rotation depends on the delta, not on the cell, so its cos/sin pairs are
 // computed once per distinct delta (a context shift has one) and layer kind.
+// Panel caches are rotated a tile (64 cells of one head) at a time: the two
+// values of a rotated pair are then two contiguous rows of the tile.
 void Context::apply_kv_shift() {
     const HParams& hp = model_.hparams();
     const int half = hp.n_rot / 2;
     const bool neox = hp.rope_mode == RopeMode::Neox;
+    auto pair_dims = [&](int i) { return neox ? std::pair{i, i + half} : std::pair{2 * i, 2 * i + 1}; };
     // (swa, delta) -> cos/sin interleaved per rotated pair [half][2]
     std::map<std::pair<bool, int32_t>, std::vector<float>> rotations;
     auto rotation = [&](bool swa, int32_t delta) -> const std::vector<float>& {
@@ -197,30 +200,67 @@ void Context::apply_kv_shift() {
     for (KvCache* kv : {kv_global_.get(), kv_swa_.get()}) {
         if (!kv || !kv->has_pending_shift()) continue;
         const auto shift = kv->pending_shift();
-        std::vector<float> row(static_cast<size_t>(hp.n_embd_k_gqa()));
-        const std::optional<KPanels> panels = kv->k_panels();
-        for (int il : kv->options().layers) {
-            Tensor* k = kv->k(il);
-            const bool swa = hp.is_swa(il);
-            for (size_t c = 0; c < shift.size(); ++c) {
-                if (shift[c] == 0) continue;
-                const std::vector<float>& cs = rotation(swa, shift[c]);
-                const auto cell = static_cast<int64_t>(c);
-                if (panels) panels->read_cell(k->data, cell, row.data());
-                else dequantize_row(k->type, k->row(cell), row.data(), k->ne[0]);
-                for (int64_t h = 0; h < hp.n_head_kv; ++h) {
-                    float* x = row.data() + h * hp.head_dim;
-                    for (int i = 0; i < half; ++i) {
-                        const int a = neox ? i : 2 * i;
-                        const int b = neox ? i + half : 2 * i + 1;
-                        const float cos_t = cs[2 * static_cast<size_t>(i)], sin_t = cs[2 * static_cast<size_t>(i) + 1];
-                        const float x0 = x[a], x1 = x[b];
-                        x[a] = x0 * cos_t - x1 * sin_t;
-                        x[b] = x0 * sin_t + x1 * cos_t;
+        const auto n_cells = static_cast<int64_t>(shift.size());
+        if (const std::optional<KPanels> panels = kv->k_panels()) {
+            const int64_t hd = panels->head_dim, w = kKPanelCells;
+            std::vector<float> tile(static_cast<size_t>(hd * w));
+            std::vector<float> cs(static_cast<size_t>(half * w) * 2);  // [half][cos w | sin w] of one panel
+            for (int il : kv->options().layers) {
+                Tensor* k = kv->k(il);
+                const bool swa = hp.is_swa(il);
+                for (int64_t c0 = 0; c0 < n_cells; c0 += w) {
+                    const int64_t nc = std::min(w, n_cells - c0);
+                    if (std::all_of(shift.begin() + c0, shift.begin() + c0 + nc, [](int32_t d) { return d == 0; })) continue;
+                    for (int64_t c = 0; c < nc; ++c) {
+                        if (shift[static_cast<size_t>(c0 + c)] == 0) continue;
+                        const std::vector<float>& r = rotation(swa, shift[static_cast<size_t>(c0 + c)]);
+                        for (int i = 0; i < half; ++i) {
+                            cs[static_cast<size_t>(2 * i * w + c)] = r[2 * static_cast<size_t>(i)];
+                            cs[static_cast<size_t>((2 * i + 1) * w + c)] = r[2 * static_cast<size_t>(i) + 1];
+                        }
+                    }
+                    for (int64_t h = 0; h < panels->n_head; ++h) {
+                        uint8_t* t = panels->tile(k->data, c0, h);
+                        dequantize_row(panels->type, t, tile.data(), hd * w);
+                        for (int i = 0; i < half; ++i) {
+                            const auto [a, b] = pair_dims(i);
+                            float* xa = tile.data() + a * w;
+                            float* xb = tile.data() + b * w;
+                            const float* cos_t = cs.data() + 2 * i * w;
+                            const float* sin_t = cos_t + w;
+                            // Cells with no shift (and the panel's unused cells) keep their bits.
+                            for (int64_t c = 0; c < nc; ++c) {
+                                if (shift[static_cast<size_t>(c0 + c)] == 0) continue;
+                                const float x0 = xa[c], x1 = xb[c];
+                                xa[c] = x0 * cos_t[c] - x1 * sin_t[c];
+                                xb[c] = x0 * sin_t[c] + x1 * cos_t[c];
+                            }
+                        }
+                        quantize(panels->type, tile.data(), t, 1, hd * w);
                     }
                 }
-                if (panels) panels->write_cell(k->data, cell, row.data());
-                else quantize(k->type, row.data(), k->row(cell), 1, k->ne[0]);
+            }
+        } else {
+            std::vector<float> row(static_cast<size_t>(hp.n_embd_k_gqa()));
+            for (int il : kv->options().layers) {
+                Tensor* k = kv->k(il);
+                const bool swa = hp.is_swa(il);
+                for (int64_t c = 0; c < n_cells; ++c) {
+                    if (shift[static_cast<size_t>(c)] == 0) continue;
+                    const std::vector<float>& r = rotation(swa, shift[static_cast<size_t>(c)]);
+                    dequantize_row(k->type, k->row(c), row.data(), k->ne[0]);
+                    for (int64_t h = 0; h < hp.n_head_kv; ++h) {
+                        float* x = row.data() + h * hp.head_dim;
+                        for (int i = 0; i < half; ++i) {
+                            const auto [a, b] = pair_dims(i);
+                            const float cos_t = r[2 * static_cast<size_t>(i)], sin_t = r[2 * static_cast<size_t>(i) + 1];
+                            const float x0 = x[a], x1 = x[b];
+                            x[a] = x0 * cos_t - x1 * sin_t;
+                            x[b] = x0 * sin_t + x1 * cos_t;
+                        }
+                    }
+                    quantize(k->type, row.data(), k->row(c), 1, k->ne[0]);
+                }
             }
         }
         kv->clear_pending_shift();
