@@ -180,6 +180,11 @@ void Context::apply_kv_shift() {
     const int half = hp.n_rot / 2;
     const bool neox = hp.rope_mode == RopeMode::Neox;
     auto pair_dims = [&](int i) { return neox ? std::pair{i, i + half} : std::pair{2 * i, 2 * i + 1}; };
+    auto rotate = [](float& x0, float& x1, float cos_t, float sin_t) {
+        const float a = x0, b = x1;
+        x0 = a * cos_t - b * sin_t;
+        x1 = a * sin_t + b * cos_t;
+    };
     // (swa, delta) -> cos/sin interleaved per rotated pair [half][2]
     std::map<std::pair<bool, int32_t>, std::vector<float>> rotations;
     auto rotation = [&](bool swa, int32_t delta) -> const std::vector<float>& {
@@ -230,10 +235,7 @@ void Context::apply_kv_shift() {
                             const float* sin_t = cos_t + w;
                             // Cells with no shift (and the panel's unused cells) keep their bits.
                             for (int64_t c = 0; c < nc; ++c) {
-                                if (shift[static_cast<size_t>(c0 + c)] == 0) continue;
-                                const float x0 = xa[c], x1 = xb[c];
-                                xa[c] = x0 * cos_t[c] - x1 * sin_t[c];
-                                xb[c] = x0 * sin_t[c] + x1 * cos_t[c];
+                                if (shift[static_cast<size_t>(c0 + c)] != 0) rotate(xa[c], xb[c], cos_t[c], sin_t[c]);
                             }
                         }
                         quantize(panels->type, tile.data(), t, 1, hd * w);
@@ -253,10 +255,7 @@ void Context::apply_kv_shift() {
                         float* x = row.data() + h * hp.head_dim;
                         for (int i = 0; i < half; ++i) {
                             const auto [a, b] = pair_dims(i);
-                            const float cos_t = r[2 * static_cast<size_t>(i)], sin_t = r[2 * static_cast<size_t>(i) + 1];
-                            const float x0 = x[a], x1 = x[b];
-                            x[a] = x0 * cos_t - x1 * sin_t;
-                            x[b] = x0 * sin_t + x1 * cos_t;
+                            rotate(x[a], x[b], r[2 * static_cast<size_t>(i)], r[2 * static_cast<size_t>(i) + 1]);
                         }
                     }
                     quantize(k->type, row.data(), k->row(c), 1, k->ne[0]);
