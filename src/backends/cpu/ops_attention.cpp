@@ -165,27 +165,37 @@ void attend_k_rows(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, 
     } else {
         kern.k_transpose(k.type, krows, k.nb[2], nk, hd, KT, bk);
     }
-    kern.gemm(Mb, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr);
+    kern.gemm(Mb, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr,
+              nullptr);
 }
 
 // The same with K in panels (c0 on a panel boundary): a tile is already K^T. Few query rows (generation) read it
 // as stored, converting each element once; many rows get a float copy first (row by row, no transpose). Columns
 // nk .. attn_pad(nk) read cells past the block, still inside its panel: their scores are never used.
+// The n_next cells from c0 + bk (the next block) are prefetched meanwhile: tile by tile inside the
+// products when they read the panels directly, else at once.
 void attend_k_panels(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, int64_t c0, int64_t nk, int64_t hk,
-                     const float* Q, int64_t Mb, float* KT, float* S) {
+                     int64_t n_next, const float* Q, int64_t Mb, float* KT, float* S) {
     const int64_t hd = p.hd, bk = p.bk, nkp = attn_pad(nk);
     const bool direct = k.type == Type::F32 || Mb <= 8;
+    if (!direct) {
+        for (int64_t j = 0; j < n_next; j += kKPanelCells) prefetch_rows(p.kp.tile(k.data, c0 + bk + j, hk), 0, 1, p.kp.tile_bytes());
+    }
     for (int64_t j = 0; j < nkp; j += kKPanelCells) {
         const uint8_t* tile = p.kp.tile(k.data, c0 + j, hk);
         const int64_t cols = std::min(kKPanelCells, nkp - j);
         if (direct) {
-            kern.gemm(Mb, cols, hd, Q, hd, k.type, tile, p.kp.tile_row_bytes(), kKPanelCells, S + j, bk, nullptr);
+            const AttnPrefetch next{.first = p.kp.tile(k.data, c0 + bk + j, hk), .stride = p.kp.tile_row_bytes(), .rows = hd,
+                                    .row_bytes = p.kp.tile_row_bytes()};
+            kern.gemm(Mb, cols, hd, Q, hd, k.type, tile, p.kp.tile_row_bytes(), kKPanelCells, S + j, bk, nullptr,
+                      j < n_next ? &next : nullptr);
         } else {
             kern.v_rows(k.type, tile, p.kp.tile_row_bytes(), hd, kKPanelCells, KT + j, bk);
         }
     }
     if (!direct) {
-        kern.gemm(Mb, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr);
+        kern.gemm(Mb, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr,
+                  nullptr);
     }
 }
 
@@ -248,7 +258,8 @@ void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern
         }
         const int64_t nkp = attn_pad(nk);
         kern.k_transpose(k_float ? Type::F32 : k.type, raw, krb, nk, hd, KT, bk);
-        kern.gemm(M, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr);
+        kern.gemm(M, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr,
+                  nullptr);
         bool any_row = false;
         for (int64_t r = 0; r < M; ++r) any_row |= softmax_block_row(kern, S + r * bk, gmask, nk, t.fparams[1], mx[r], sum[r], corr[r]);
         if (!any_row) continue;
@@ -257,7 +268,7 @@ void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern
             if (v_float) dequantize_row(v.type, v.row(hk, idx[i]), reinterpret_cast<float*>(dst), hdv);
             else std::memcpy(dst, v.row(hk, idx[i]), vrb);
         }
-        kern.gemm(M, ldv, nk, S, bk, v_float ? Type::F32 : v.type, raw, vrb, hdv, O, ldv, corr);
+        kern.gemm(M, ldv, nk, S, bk, v_float ? Type::F32 : v.type, raw, vrb, hdv, O, ldv, corr, nullptr);
     }
 }
 
@@ -349,21 +360,18 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
         if (tt_hi < 0) continue;
         const int64_t r0 = tt_lo * n_rep, Mb = (tt_hi + 1 - tt_lo) * n_rep;
 
-        // The next block's K rows now and its V rows after Q K^T, while this one computes. Spread
-        // out rather than all 2 x 128 rows at once (a burst of prefetches stalls on the fill
-        // buffers): tg32 at depth 4096, 5 alternated pairs, 0 to +8%, median +1%, never slower.
-        // Dropping the prefetch altogether cost 10%.
+        // The next block's K and V, while this one computes. The products that read the cache
+        // as stored (generation) spread the requests over their loops (AttnPrefetch); the others
+        // take them in two bursts, K before Q K^T and V after it.
         const int64_t n_next = c1 < last ? std::min(bk, last - c1) : 0;
         if (p.k_panels) {
-            for (int64_t j = 0; j < n_next; j += kKPanelCells) {
-                prefetch_rows(p.kp.tile(k.data, c1 + j, hk), 0, 1, p.kp.tile_bytes());
-            }
-            attend_k_panels(k, p, kern, c0, nk, hk, Q + r0 * hd, Mb, KT, S + r0 * bk);
+            attend_k_panels(k, p, kern, c0, nk, hk, n_next, Q + r0 * hd, Mb, KT, S + r0 * bk);
         } else {
             if (n_next > 0) prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
             attend_k_rows(k, p, kern, c0, nk, hk, Q + r0 * hd, Mb, KT, stage, S + r0 * bk);
         }
-        if (n_next > 0) prefetch_rows(v.row(hk, c1), v.nb[2], n_next, row_size(v.type, hdv));
+        const bool v_direct = !p.staged && (v.type == Type::F32 || Mb <= 8);
+        if (n_next > 0 && !v_direct) prefetch_rows(v.row(hk, c1), v.nb[2], n_next, row_size(v.type, hdv));
 
         bool any_row = false;
         for (int64_t r = r0; r < r0 + Mb; ++r) {
@@ -383,8 +391,10 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
         // converts each element once; many rows would convert it once per row group, so a float
         // tile is made first.
         const uint8_t* vrows = v.row(hk, c0);
-        if (!p.staged && (v.type == Type::F32 || Mb <= 8)) {
-            kern.gemm(Mb, ldv, nk, S + r0 * bk, bk, v.type, vrows, v.nb[2], hdv, O + r0 * ldv, ldv, corr + r0);
+        if (v_direct) {
+            const AttnPrefetch next{.first = n_next > 0 ? v.row(hk, c1) : nullptr, .stride = v.nb[2], .rows = n_next,
+                                    .row_bytes = row_size(v.type, hdv)};
+            kern.gemm(Mb, ldv, nk, S + r0 * bk, bk, v.type, vrows, v.nb[2], hdv, O + r0 * ldv, ldv, corr + r0, &next);
             continue;
         }
         if (p.staged) {
@@ -394,7 +404,7 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             kern.v_rows(v.type, vrows, v.nb[2], nk, hdv, V, ldv);
         }
         kern.gemm(Mb, ldv, nk, S + r0 * bk, bk, Type::F32, reinterpret_cast<const uint8_t*>(V), ldv * sizeof(float), ldv,
-                  O + r0 * ldv, ldv, corr + r0);
+                  O + r0 * ldv, ldv, corr + r0, nullptr);
     }
 
     if (partial) {

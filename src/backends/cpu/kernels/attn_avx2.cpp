@@ -90,12 +90,14 @@ inline __m256 load8(const uint8_t* row, int64_t d, int64_t rem) {
 // Full: all 16 columns of the tile are inside b_cols (no tail handling in the loop).
 template <int RB, Type T, bool Full>
 void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride, int64_t j0, int64_t b_cols,
-               float* C, int64_t ldc, const float* beta) {
+               float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
+    PrefetchRows prefetch(pf);
     __m256 acc[RB][2];
     KILN_UNROLL
     for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     const int64_t rem0 = b_cols - j0, rem1 = b_cols - j0 - 8;
     for (int64_t k = 0; k < K; ++k) {
+        prefetch.step();
         const uint8_t* row = B + static_cast<size_t>(k) * b_stride;
         const __m256 b0 = load8<T, Full>(row, j0, rem0), b1 = load8<T, Full>(row, j0 + 8, rem1);
         KILN_UNROLL
@@ -118,30 +120,32 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t 
 }
 
 using TileFn = void (*)(int64_t, const float*, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t,
-                        const float*);
+                        const float*, const AttnPrefetch*);
 template <Type T, bool Full>
 constexpr TileFn kTiles[6] = {gemm_tile<1, T, Full>, gemm_tile<2, T, Full>, gemm_tile<3, T, Full>,
                               gemm_tile<4, T, Full>, gemm_tile<5, T, Full>, gemm_tile<6, T, Full>};
 
 template <Type T>
 void gemm_t(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride,
-            int64_t b_cols, float* C, int64_t ldc, const float* beta) {
+            int64_t b_cols, float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
+    // The first tile issues the prefetches.
     for (int64_t j = 0; j < N; j += 16) {
         const TileFn* tiles = b_cols >= j + 16 ? kTiles<T, true> : kTiles<T, false>;
         for (int64_t r = 0; r < M; r += 6) {
             const int64_t rb = std::min<int64_t>(6, M - r);
-            tiles[rb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc, beta ? beta + r : nullptr);
+            tiles[rb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc, beta ? beta + r : nullptr,
+                              j == 0 && r == 0 ? pf : nullptr);
         }
     }
 }
 
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt, const uint8_t* B, size_t b_stride,
-          int64_t b_cols, float* C, int64_t ldc, const float* beta) {
+          int64_t b_cols, float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
     switch (bt) {
-        case Type::F32: return gemm_t<Type::F32>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
-        case Type::F16: return gemm_t<Type::F16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
-        case Type::BF16: return gemm_t<Type::BF16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
-        default: return gemm_t<Type::Q8_0>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
+        case Type::F32: return gemm_t<Type::F32>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        case Type::F16: return gemm_t<Type::F16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        case Type::BF16: return gemm_t<Type::BF16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        default: return gemm_t<Type::Q8_0>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
     }
 }
 

@@ -93,7 +93,8 @@ inline __m512 load16(const uint8_t* row, int64_t d, __mmask16 m) {
 
 template <int RB, int CB, Type T>
 void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride, int64_t j0, int64_t b_cols,
-               float* C, int64_t ldc, const float* beta) {
+               float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
+    PrefetchRows prefetch(pf);
     __mmask16 m[CB];
     KILN_UNROLL
     for (int c = 0; c < CB; ++c) m[c] = tail_mask(b_cols - j0 - 16 * c);
@@ -103,6 +104,7 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t 
         KILN_UNROLL
         for (int c = 0; c < CB; ++c) acc[r][c] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; ++k) {
+        prefetch.step();
         const uint8_t* row = B + static_cast<size_t>(k) * b_stride;
         __m512 b[CB];
         KILN_UNROLL
@@ -127,33 +129,34 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t 
 }
 
 using TileFn = void (*)(int64_t, const float*, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t,
-                        const float*);
+                        const float*, const AttnPrefetch*);
 template <Type T, int RB>
 constexpr TileFn kTilesOfRows[2] = {gemm_tile<RB, 1, T>, gemm_tile<RB, 2, T>};
 template <Type T>
 constexpr const TileFn* kTiles[8] = {kTilesOfRows<T, 1>, kTilesOfRows<T, 2>, kTilesOfRows<T, 3>, kTilesOfRows<T, 4>,
                                      kTilesOfRows<T, 5>, kTilesOfRows<T, 6>, kTilesOfRows<T, 7>, kTilesOfRows<T, 8>};
 
+// The first tile issues the prefetches (its loop over K runs while the rest of B is read).
 template <Type T>
 void gemm_t(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride,
-            int64_t b_cols, float* C, int64_t ldc, const float* beta) {
+            int64_t b_cols, float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
     for (int64_t j = 0; j < N; j += 32) {
         const int64_t cb = std::min<int64_t>(2, (N - j) / 16);
         for (int64_t r = 0; r < M; r += 8) {
             const int64_t rb = std::min<int64_t>(8, M - r);
             kTiles<T>[rb - 1][cb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc,
-                                      beta ? beta + r : nullptr);
+                                      beta ? beta + r : nullptr, j == 0 && r == 0 ? pf : nullptr);
         }
     }
 }
 
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt, const uint8_t* B, size_t b_stride,
-          int64_t b_cols, float* C, int64_t ldc, const float* beta) {
+          int64_t b_cols, float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
     switch (bt) {
-        case Type::F32: return gemm_t<Type::F32>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
-        case Type::F16: return gemm_t<Type::F16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
-        case Type::BF16: return gemm_t<Type::BF16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
-        default: return gemm_t<Type::Q8_0>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
+        case Type::F32: return gemm_t<Type::F32>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        case Type::F16: return gemm_t<Type::F16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        case Type::BF16: return gemm_t<Type::BF16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        default: return gemm_t<Type::Q8_0>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
     }
 }
 

@@ -30,11 +30,41 @@ namespace kiln::cpu {
 inline constexpr int64_t kAttnLanes = 16;
 inline constexpr int64_t attn_pad(int64_t n) { return (n + kAttnLanes - 1) / kAttnLanes * kAttnLanes; }
 
+// Rows of the cache a gemm asks to be brought into L2 while it computes: the next key block's K tile
+// or V rows. Row k goes out at step k of the gemm's loop over K, so the requests are spread over
+// the block's arithmetic; one burst of them (2 x 256 lines per block) stalled on the fill buffers
+// instead of computing, and generation at depth 4096 read the cache at a quarter of the memory's rate.
+struct AttnPrefetch {
+    const uint8_t* first = nullptr;  // row 0
+    size_t stride = 0;               // bytes from a row to the next
+    int64_t rows = 0;
+    size_t row_bytes = 0;
+};
+
+// Walks an AttnPrefetch one row per step() (a kernel calls it once per step of its loop over K).
+class PrefetchRows {
+public:
+    explicit PrefetchRows(const AttnPrefetch* pf) : pf_(pf), row_(pf ? pf->first : nullptr), left_(pf ? pf->rows : 0) {}
+    void step() {
+        if (left_ <= 0) return;
+        for (size_t off = 0; off < pf_->row_bytes; off += 64) prefetch_l2(row_ + off);
+        row_ += pf_->stride;
+        --left_;
+    }
+
+private:
+    const AttnPrefetch* pf_;
+    const uint8_t* row_;
+    int64_t left_;
+};
+
 // C [M, N] = (beta ? C * beta[r] : 0) + A [M, K] * B [K, N], N a multiple of kAttnLanes. B's row k
 // is b_cols elements of type bt (a native type) at B + k * b_stride, read as zeros from b_cols to N:
-// an F32 tile, or V rows straight from the cache.
+// an F32 tile, or V rows straight from the cache. pf (may be null): rows to prefetch meanwhile (a
+// hint; kernels without prefetch ignore it).
 using AttnGemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt, const uint8_t* B,
-                            size_t b_stride, int64_t b_cols, float* C, int64_t ldc, const float* beta);
+                            size_t b_stride, int64_t b_cols, float* C, int64_t ldc, const float* beta,
+                            const AttnPrefetch* pf);
 // n K rows of hd elements (row i at src + i * stride, of type t) as float, transposed:
 // dst[d * ld + i]. Columns n .. attn_pad(n) are written as zeros; ld >= attn_pad(n).
 using AttnKTransposeFn = void (*)(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst,

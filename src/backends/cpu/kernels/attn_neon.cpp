@@ -80,11 +80,13 @@ inline Floats16 load16(const uint8_t* row, int64_t d, int64_t rem) {
 
 template <int RB, Type T>
 void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride, int64_t j0, int64_t b_cols,
-               float* C, int64_t ldc, const float* beta) {
+               float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
+    PrefetchRows prefetch(pf);
     float32x4_t acc[RB][4];
     for (int r = 0; r < RB; ++r)
         for (int q = 0; q < 4; ++q) acc[r][q] = vdupq_n_f32(0.0f);
     for (int64_t k = 0; k < K; ++k) {
+        prefetch.step();
         const Floats16 b = load16<T>(B + static_cast<size_t>(k) * b_stride, j0, b_cols - j0);
         for (int r = 0; r < RB; ++r) {
             const float a = A[r * lda + k];
@@ -102,28 +104,30 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t 
 }
 
 using TileFn = void (*)(int64_t, const float*, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t,
-                        const float*);
+                        const float*, const AttnPrefetch*);
 template <Type T>
 constexpr TileFn kTiles[4] = {gemm_tile<1, T>, gemm_tile<2, T>, gemm_tile<3, T>, gemm_tile<4, T>};
 
 template <Type T>
 void gemm_t(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride,
-            int64_t b_cols, float* C, int64_t ldc, const float* beta) {
+            int64_t b_cols, float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
+    // The first tile issues the prefetches.
     for (int64_t j = 0; j < N; j += 16) {
         for (int64_t r = 0; r < M; r += 4) {
             const int64_t rb = std::min<int64_t>(4, M - r);
-            kTiles<T>[rb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc, beta ? beta + r : nullptr);
+            kTiles<T>[rb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc, beta ? beta + r : nullptr,
+                              j == 0 && r == 0 ? pf : nullptr);
         }
     }
 }
 
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt, const uint8_t* B, size_t b_stride,
-          int64_t b_cols, float* C, int64_t ldc, const float* beta) {
+          int64_t b_cols, float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
     switch (bt) {
-        case Type::F32: return gemm_t<Type::F32>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
-        case Type::F16: return gemm_t<Type::F16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
-        case Type::BF16: return gemm_t<Type::BF16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
-        default: return gemm_t<Type::Q8_0>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta);
+        case Type::F32: return gemm_t<Type::F32>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        case Type::F16: return gemm_t<Type::F16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        case Type::BF16: return gemm_t<Type::BF16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        default: return gemm_t<Type::Q8_0>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
     }
 }
 

@@ -14,7 +14,7 @@ namespace kiln::cpu {
 namespace {
 
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt, const uint8_t* B, size_t b_stride,
-          int64_t b_cols, float* C, int64_t ldc, const float* beta) {
+          int64_t b_cols, float* C, int64_t ldc, const float* beta, const AttnPrefetch* /*pf: a hint*/) {
     for (int64_t r = 0; r < M; ++r) {
         float* c = C + r * ldc;
         const float b0 = beta ? beta[r] : 0.0f;

@@ -16,10 +16,6 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(_MSC_VER) && !defined(__clang__)
-#include <intrin.h>
-#endif
-
 #include "backends/cpu/kernels/kernels.h"
 #include "core/types.h"
 
@@ -115,20 +111,6 @@ inline size_t packed_act_bytes(const PackedKernels& pk, int64_t K, int64_t rows,
 // ahead all measured alike); kiln-bench tg32 on the 1b Q4_0 model, alternated runs: +8%.
 constexpr size_t kPrefetchL1Bytes = 4096;
 constexpr size_t kPrefetchL2Bytes = 16384;
-inline void prefetch_l1(const uint8_t* p) {
-#if defined(_MSC_VER) && !defined(__clang__)
-    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-#else
-    __builtin_prefetch(p, 0, 3);
-#endif
-}
-inline void prefetch_l2(const uint8_t* p) {
-#if defined(_MSC_VER) && !defined(__clang__)
-    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
-#else
-    __builtin_prefetch(p, 0, 2);
-#endif
-}
 // Prefetches the kBytes of weights at p from kL1Ahead (L1) and kPrefetchL2Bytes (L2) ahead.
 template <size_t kBytes, size_t kL1Ahead = kPrefetchL1Bytes>
 inline void prefetch_weights(const uint8_t* p) {

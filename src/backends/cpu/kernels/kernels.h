@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <string_view>
 
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+#endif
+
 #include "core/types.h"
 
 namespace kiln::cpu {
@@ -48,5 +52,21 @@ inline const TypeKernels& kernels(Type weight_type) { return kernels(weight_type
 FromFloatFn native_from_float(Type t);
 // True if the ISA can run on this CPU (for tests that loop over every set).
 bool isa_supported(Isa isa);
+
+// Software prefetch of the cache line at p into L1 / into L2 (a hint: never faults).
+inline void prefetch_l1(const void* p) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+#else
+    __builtin_prefetch(p, 0, 3);
+#endif
+}
+inline void prefetch_l2(const void* p) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+#else
+    __builtin_prefetch(p, 0, 2);
+#endif
+}
 
 }  // namespace kiln::cpu
