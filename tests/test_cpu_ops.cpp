@@ -650,7 +650,7 @@ TEST_P(CpuOps, StoreRowsIntoKPanels) {
             std::vector<uint8_t> want(cache, cache + bytes);
             Tensor* c = h.g.leaf(t, {row, cells, 1, 1}, "cache", cache);
             h.g.store_rows(c, h.f32({row, static_cast<int64_t>(ids.size()), 1, 1}, xv, Layout::Padded, "x"),
-                           h.input_i32(ids), "store", hd);
+                           h.input_i32(ids), "store", {.panel_head_dim = hd});
             h.compute();
             for (size_t r = 0; r < ids.size(); ++r) {
                 std::vector<uint8_t> conv(static_cast<size_t>(row) * es);
@@ -669,6 +669,45 @@ TEST_P(CpuOps, StoreRowsIntoKPanels) {
             EXPECT_EQ(back, ref) << "read_cell";
         }
     }
+}
+
+// Head-major rows (core/kv_layout.h, the V cache): each head's part of a row goes to cell `id` of the
+// head's own region. Checked against the formula written out here, bit-exact with the reference
+// conversion, every other byte untouched.
+TEST_P(CpuOps, StoreRowsHeadMajor) {
+    const int nth = GetParam();
+    std::mt19937 rng(23);
+    for (Type t : {Type::F32, Type::F16, Type::BF16, Type::Q8_0}) {
+        for (auto [hd, n_head] : {std::pair<int64_t, int64_t>{32, 3}, {64, 2}, {96, 1}}) {
+            SCOPED_TRACE(std::string(kiln::type_name(t)) + " hd=" + std::to_string(hd) + " heads=" + std::to_string(n_head));
+            const int64_t row = hd * n_head, cells = 19;
+            const size_t hrb = kiln::row_size(t, hd), bytes = hrb * static_cast<size_t>(n_head * cells);
+            const std::vector<int32_t> ids = {4, 0, 18, 7};
+            const auto xv = randn(rng, row * static_cast<int64_t>(ids.size()));
+            Harness h(nth);
+            auto* cache = static_cast<uint8_t*>(h.hold(bytes));
+            for (size_t i = 0; i < bytes; ++i) cache[i] = static_cast<uint8_t>(i * 7 + 1);
+            std::vector<uint8_t> want(cache, cache + bytes);
+            Tensor* c = h.g.leaf(t, {row, cells, 1, 1}, "cache", cache);
+            h.g.store_rows(c, h.f32({row, static_cast<int64_t>(ids.size()), 1, 1}, xv, Layout::Padded, "x"),
+                           h.input_i32(ids), "store", {.head_major_dim = hd});
+            h.compute();
+            for (size_t r = 0; r < ids.size(); ++r) {
+                for (int64_t hh = 0; hh < n_head; ++hh) {
+                    std::vector<uint8_t> conv(hrb);
+                    kiln::quantize(t, xv.data() + static_cast<int64_t>(r) * row + hh * hd, conv.data(), 1, hd);
+                    std::memcpy(want.data() + (static_cast<size_t>(hh * cells) + static_cast<size_t>(ids[r])) * hrb, conv.data(), hrb);
+                }
+            }
+            EXPECT_EQ(0, std::memcmp(cache, want.data(), bytes)) << "bytes differ from the head-major layout";
+        }
+    }
+    // A head that is not a whole number of the type's blocks is refused when the graph is built.
+    Harness h(nth);
+    Tensor* c = h.g.leaf(Type::Q8_0, {96, 4, 1, 1}, "cache", h.hold(kiln::row_size(Type::Q8_0, 96) * 4));
+    EXPECT_THROW(h.g.store_rows(c, h.f32({96, 1, 1, 1}, randn(rng, 96), Layout::Padded, "x"), h.input_i32({0}), "store",
+                                {.head_major_dim = 48}),
+                 std::exception);
 }
 
 // ---- attention -----------------------------------------------------------------------------
@@ -857,12 +896,14 @@ TEST_P(CpuOps, AttentionLong) {
 
 // Store then attend in one graph: the attention must see the rows written by store_rows (ordering
 // through the alias), for every cache type.
+// V in rows or head-major (the model's layout for V).
 TEST_P(CpuOps, StoreThenAttend) {
     const int nth = GetParam();
     std::mt19937 rng(9);
     for (auto [kv, panels] : {std::pair{Type::F32, false}, {Type::F16, false}, {Type::BF16, false}, {Type::Q8_0, false},
-                              {Type::F32, true}, {Type::F16, true}, {Type::BF16, true}}) {
-        SCOPED_TRACE(std::string(kiln::type_name(kv)) + (panels ? " k panels" : ""));
+                              {Type::F32, true}, {Type::F16, true}, {Type::BF16, true}})
+    for (bool v_heads : {false, true}) {
+        SCOPED_TRACE(std::string(kiln::type_name(kv)) + (panels ? " k panels" : "") + (v_heads ? " v head-major" : ""));
         AttnCase c{32, 32, 4, 2, 3, 8, 12, kv, 0, 0.0f};
         const int64_t row = c.hd * c.n_head_kv;
         auto kf = randn(rng, row * c.n_cells), vf = randn(rng, row * c.n_cells);
@@ -872,14 +913,24 @@ TEST_P(CpuOps, StoreThenAttend) {
         const auto mask = make_mask(c, rng);
         Harness h(nth);
         Tensor* kc = panels ? k_panel_cache(h, c, kf) : h.typed(kv, row, c.n_cells, kf, 1, "k_cache");
-        Tensor* vc = h.typed(kv, row, c.n_cells, vf, 1, "v_cache");
+        // head-major: the old values rearranged, head h's rows of every cell after one another
+        std::vector<float> v_init = vf;
+        if (v_heads) {
+            for (int64_t cell = 0; cell < c.n_cells; ++cell)
+                for (int64_t hh = 0; hh < c.n_head_kv; ++hh)
+                    std::copy_n(vf.begin() + cell * row + hh * c.hd, c.hd, v_init.begin() + (hh * c.n_cells + cell) * c.hd);
+        }
+        Tensor* vc = h.typed(kv, row, c.n_cells, v_init, 1, "v_cache");
         Tensor* idx = h.input_i32(ids, "kv_idx");
         Tensor* ks = h.g.store_rows(kc, h.f32({row, c.n_tokens, 1, 1}, knew, Layout::Contiguous, "k_new"), idx, {},
-                                    panels ? c.hd : 0);
-        Tensor* vs = h.g.store_rows(vc, h.f32({row, c.n_tokens, 1, 1}, vnew, Layout::Padded, "v_new"), idx);
+                                    {.panel_head_dim = panels ? c.hd : 0});
+        Tensor* vs = h.g.store_rows(vc, h.f32({row, c.n_tokens, 1, 1}, vnew, Layout::Padded, "v_new"), idx, {},
+                                    {.head_major_dim = v_heads ? c.hd : 0});
         const size_t hb = kiln::row_size(kv, c.hd);
         Tensor* kview = h.g.view(ks, {c.hd, c.n_head_kv, c.n_kv, 1}, {ks->nb[0], hb, ks->nb[1], ks->nb[1] * c.n_kv}, 0);
-        Tensor* vview = h.g.view(vs, {c.hd, c.n_head_kv, c.n_kv, 1}, {vs->nb[0], hb, vs->nb[1], vs->nb[1] * c.n_kv}, 0);
+        const size_t v_head_bytes = hb * static_cast<size_t>(c.n_cells);
+        Tensor* vview = v_heads ? h.g.view(vs, {c.hd, c.n_head_kv, c.n_kv, 1}, {vs->nb[0], v_head_bytes, hb, v_head_bytes * c.n_head_kv}, 0)
+                                : h.g.view(vs, {c.hd, c.n_head_kv, c.n_kv, 1}, {vs->nb[0], hb, vs->nb[1], vs->nb[1] * c.n_kv}, 0);
         Tensor* out = h.g.attention(h.f32({c.hd, c.n_head, c.n_tokens, 1}, qv), kview, vview,
                                     h.input_f32({c.n_kv, c.n_tokens, 1, 1}, mask, "mask"),
                                     AttentionParams{.scale = 0.2f, .k_panels = panels}, "attn");

@@ -201,7 +201,9 @@ Tensor* Graph::soft_max(Tensor* a, Tensor* mask, float s, std::string name) {
     return t;
 }
 
-Tensor* Graph::store_rows(Tensor* dst, Tensor* x, Tensor* ids, std::string name, int64_t panel_head_dim) {
+Tensor* Graph::store_rows(Tensor* dst, Tensor* x, Tensor* ids, std::string name, StoreRowsLayout layout) {
+    const int64_t panel_head_dim = layout.panel_head_dim, head_major_dim = layout.head_major_dim;
+    require(panel_head_dim == 0 || head_major_dim == 0, "store_rows", "K panels and head-major rows are exclusive");
     require(x->type == Type::F32 && x->ne[0] == dst->ne[0], "store_rows",
             shape_str(x) + " rows must be F32 of the length of " + shape_str(dst));
     require(ids->type == Type::I32 && ids->ne[0] == x->ne[1], "store_rows",
@@ -211,10 +213,16 @@ Tensor* Graph::store_rows(Tensor* dst, Tensor* x, Tensor* ids, std::string name,
                     dst->is_contiguous() && panel_head_dim <= INT32_MAX,
                 "store_rows", shape_str(dst) + " cannot hold K panels of head size " + std::to_string(panel_head_dim));
     }
+    if (head_major_dim > 0) {
+        require(dst->ne[0] % head_major_dim == 0 && head_major_dim % traits(dst->type).block_size == 0 && dst->is_contiguous() &&
+                    head_major_dim <= INT32_MAX,
+                "store_rows", shape_str(dst) + " cannot hold head-major rows of head size " + std::to_string(head_major_dim));
+    }
     Tensor* t = make(Op::StoreRows, dst->type, dst->ne, name.empty() ? dst->name : std::move(name));
     t->nb = dst->nb;
     t->src = {dst, x, ids};
     t->iparams[0] = static_cast<int32_t>(panel_head_dim);
+    t->iparams[1] = static_cast<int32_t>(head_major_dim);
     nodes_.push_back(t);
     return t;
 }

@@ -14,6 +14,12 @@
 
 namespace kiln {
 
+// How store_rows lays the rows out in the cache (core/kv_layout.h); all zero: one row per cell.
+struct StoreRowsLayout {
+    int64_t panel_head_dim = 0;  // > 0: K panels of this head size
+    int64_t head_major_dim = 0;  // > 0: head-major rows of this head size
+};
+
 struct AttentionParams {
     float scale = 1.0f;     // applied to q.k
     float softcap = 0.0f;   // > 0: logits = softcap * tanh(logits / softcap)
@@ -54,9 +60,9 @@ public:
     // softmax over ne0 of a * scale (+ mask [ne0, ne1] broadcast over dims 2, 3 when given)
     Tensor* soft_max(Tensor* a, Tensor* mask, float scale, std::string name = {});
     // Writes rows of x (F32 [row_len, n]) into rows ids (I32 [n]) of dst (the KV cache), converting to
-    // dst's type. The result aliases dst: later readers of the cache depend on it. panel_head_dim > 0: dst
-    // holds K in panels of that head size (core/kv_layout.h) instead of one row per cell.
-    Tensor* store_rows(Tensor* dst, Tensor* x, Tensor* ids, std::string name = {}, int64_t panel_head_dim = 0);
+    // dst's type. The result aliases dst: later readers of the cache depend on it. layout: K panels or
+    // head-major rows (core/kv_layout.h) instead of one row per cell.
+    Tensor* store_rows(Tensor* dst, Tensor* x, Tensor* ids, std::string name = {}, StoreRowsLayout layout = {});
     // q F32 [head_dim, n_head, n_tokens]; k [head_dim, n_head_kv, n_kv], v [head_dim_v, n_head_kv, n_kv]
     // (any cache type, rows = cells); mask F32 [n_kv, n_tokens] (0 or -inf). -> F32 [head_dim_v * n_head, n_tokens]
     Tensor* attention(Tensor* q, Tensor* k, Tensor* v, Tensor* mask, AttentionParams p, std::string name = {});

@@ -17,6 +17,16 @@
 // panels a tile is already the B operand of Q K^T. (Head-major regions made
 // the keys one head reads one contiguous run; that alone measured no faster.)
 // Writing a cell scatters its row over head_dim places per head, once per token.
+//
+// Head-major rows (V, any cache type): each KV head has its own region of the
+// tensor, in which its rows of head_dim elements follow cell after cell:
+//
+//   head row (cell c, head h) at  h * cells * head_row_bytes + c * head_row_bytes
+//
+// so one head's values over a run of cells are one contiguous run, which is
+// what attention reads (one head per work item). With whole cells as rows a
+// head's V row was 128 bytes of every 512 (llama 1.1B, F16) and the memory
+// system fetched the rest of the lines' neighbourhood for nothing.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +37,18 @@
 namespace kiln {
 
 inline constexpr int64_t kKPanelCells = 64;
+
+struct HeadMajorRows {
+    Type type = Type::F16;
+    int64_t head_dim = 0;  // a whole number of the type's blocks
+    int64_t cells = 0;     // of the whole tensor
+
+    size_t head_row_bytes() const { return row_size(type, head_dim); }
+    size_t head_bytes() const { return static_cast<size_t>(cells) * head_row_bytes(); }
+    uint8_t* row(void* data, int64_t c, int64_t h) const {
+        return static_cast<uint8_t*>(data) + static_cast<size_t>(h) * head_bytes() + static_cast<size_t>(c) * head_row_bytes();
+    }
+};
 
 // Cache types that can be stored in panels (element-wise types the attention kernels read directly).
 inline bool k_panels_supported(Type t) { return t == Type::F32 || t == Type::F16 || t == Type::BF16; }

@@ -56,7 +56,8 @@ Context::Context(const Model& model, const ContextParams& params)
     params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
     n_ctx_ = round_up(n_ctx_, 32);
     const KvCacheOptions base{.size = n_ctx_, .type_k = params.type_k, .type_v = params.type_v, .layers = {},
-                              .n_embd_k = hp.n_embd_k_gqa(), .n_embd_v = hp.n_embd_v_gqa(), .head_dim_k = hp.head_dim, .window = 0,
+                              .n_embd_k = hp.n_embd_k_gqa(), .n_embd_v = hp.n_embd_v_gqa(), .head_dim_k = hp.head_dim,
+                              .head_dim_v = hp.head_dim_v, .window = 0,
                               .n_seq_max = params.n_seq_max};
     KvCacheOptions global = base;
     global.layers = layers_where(hp, false);

@@ -1,6 +1,8 @@
 #include "model/graph_builder.h"
 
+#include <array>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "model/kv_cache.h"
@@ -62,14 +64,18 @@ Tensor* GraphBuilder::self_attention(int il, Tensor* x) {
     // Write this batch's K and V rows into the cache, then attend over the cache prefix.
     // K in panels where the cache type allows it (core/kv_layout.h): attention then reads K^T as stored.
     const bool k_panels = kv.k_panels().has_value();
+    // V in head-major rows where whole blocks make a head: one head's values over the cells are contiguous.
     Tensor* kc = g.store_rows(kv.k(il), g.reshape(k, {hp.n_embd_k_gqa(), n_tokens, 1, 1}), ci.store_idx, {},
-                              k_panels ? hp.head_dim : 0);
-    Tensor* vc = g.store_rows(kv.v(il), v, ci.store_idx);
+                              {.panel_head_dim = k_panels ? hp.head_dim : 0});
+    const std::optional<HeadMajorRows> v_heads = kv.v_head_major();
+    Tensor* vc = g.store_rows(kv.v(il), v, ci.store_idx, {}, {.head_major_dim = v_heads ? hp.head_dim_v : 0});
     const size_t k_head = row_size(kc->type, hp.head_dim), v_head = row_size(vc->type, hp.head_dim_v);
     Tensor* kview = g.view(kc, {hp.head_dim, hp.n_head_kv, ci.n_kv, 1}, {kc->nb[0], k_head, kc->nb[1], kc->nb[1] * ci.n_kv}, 0,
                            lname(il, "k_cache_view"));
-    Tensor* vview = g.view(vc, {hp.head_dim_v, hp.n_head_kv, ci.n_kv, 1}, {vc->nb[0], v_head, vc->nb[1], vc->nb[1] * ci.n_kv}, 0,
-                           lname(il, "v_cache_view"));
+    // rows: a cell's heads side by side; head-major: a head's cells one after another
+    const std::array<size_t, 4> v_nb = v_heads ? std::array<size_t, 4>{vc->nb[0], v_heads->head_bytes(), v_head, v_heads->head_bytes() * hp.n_head_kv}
+                                               : std::array<size_t, 4>{vc->nb[0], v_head, vc->nb[1], vc->nb[1] * ci.n_kv};
+    Tensor* vview = g.view(vc, {hp.head_dim_v, hp.n_head_kv, ci.n_kv, 1}, v_nb, 0, lname(il, "v_cache_view"));
     const float kq_scale = hp.attn_scale > 0 ? hp.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
     Tensor* a = g.attention(q, kview, vview, ci.mask, AttentionParams{.scale = kq_scale, .softcap = hp.attn_softcap, .k_panels = k_panels},
                             lname(il, "attn"));

@@ -62,6 +62,12 @@ bool KvCache::has_layer(int layer) const {
     return std::find(opts_.layers.begin(), opts_.layers.end(), layer) != opts_.layers.end();
 }
 
+std::optional<HeadMajorRows> KvCache::v_head_major() const {
+    const int64_t hd = opts_.head_dim_v;
+    if (hd <= 0 || opts_.n_embd_v % hd != 0 || hd % traits(opts_.type_v).block_size != 0) return std::nullopt;
+    return HeadMajorRows{.type = opts_.type_v, .head_dim = hd, .cells = static_cast<int64_t>(opts_.size)};
+}
+
 std::optional<KPanels> KvCache::k_panels() const {
     if (opts_.head_dim_k <= 0 || !k_panels_supported(opts_.type_k)) return std::nullopt;
     return KPanels{.type = opts_.type_k, .head_dim = opts_.head_dim_k, .n_head = opts_.n_embd_k / opts_.head_dim_k,

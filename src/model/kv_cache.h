@@ -34,6 +34,7 @@ struct KvCacheOptions {
     int64_t n_embd_k = 0;           // K row length per layer (head_dim * n_head_kv)
     int64_t n_embd_v = 0;
     int64_t head_dim_k = 0;         // > 0 and type_k F32/F16/BF16: K is stored in panels (core/kv_layout.h)
+    int64_t head_dim_v = 0;         // > 0 and a whole number of type_v blocks: V in head-major rows (core/kv_layout.h)
     int64_t window = 0;             // > 0: sliding window, cells older than it are reused
     uint32_t n_seq_max = 1;
 };
@@ -53,6 +54,8 @@ public:
     // The layout of K when it is stored in panels.
     std::optional<KPanels> k_panels() const;
     Tensor* v(int layer);
+    // The layout of V when it is stored in head-major rows.
+    std::optional<HeadMajorRows> v_head_major() const;
     const KvCacheOptions& options() const { return opts_; }
 
     // Chooses a cell for each token of a micro-batch and records it there (pos, seq set).

@@ -45,6 +45,18 @@ void op_store_rows(const Tensor& t, ComputeContext& ctx) {
         }
         return;
     }
+    if (t.iparams[1] > 0) {  // head-major rows: each head's part of the row goes to its own region
+        const HeadMajorRows hm{.type = dst.type, .head_dim = t.iparams[1], .cells = dst.ne[1]};
+        for (int64_t r = r0; r < r1; ++r) {
+            const auto* src = reinterpret_cast<const float*>(x.row(r));
+            for (int64_t h = 0; h < dst.ne[0] / hm.head_dim; ++h) {
+                uint8_t* out = hm.row(dst.data, ids[r], h);
+                if (conv) conv(src + h * hm.head_dim, out, hm.head_dim);
+                else quantize(dst.type, src + h * hm.head_dim, out, 1, hm.head_dim);
+            }
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; ++r) {
         const auto* src = reinterpret_cast<const float*>(x.row(r));
         if (conv) conv(src, dst.row(ids[r]), dst.ne[0]);
