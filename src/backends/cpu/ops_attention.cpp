@@ -197,10 +197,11 @@ void attend_k_panels(const Tensor& k, const AttnPlan& p, const AttnKernels& kern
         const uint8_t* tile = p.kp.tile(k.data, c0 + j, hk);
         const int64_t cols = std::min(kKPanelCells, nkp - j);
         if (direct) {
-            const AttnPrefetch next{.first = p.kp.tile(k.data, c0 + bk + j, hk), .stride = p.kp.tile_row_bytes(), .rows = hd,
+            // (the next block's tile j exists only where the block has cells there)
+            const AttnPrefetch next{.first = j < n_next ? p.kp.tile(k.data, c0 + bk + j, hk) : nullptr,
+                                    .stride = p.kp.tile_row_bytes(), .rows = j < n_next ? hd : 0,
                                     .row_bytes = p.kp.tile_row_bytes()};
-            kern.gemm(Mb, cols, hd, Q, hd, k.type, tile, p.kp.tile_row_bytes(), kKPanelCells, S + j, bk, nullptr,
-                      j < n_next ? &next : nullptr);
+            kern.gemm(Mb, cols, hd, Q, hd, k.type, tile, p.kp.tile_row_bytes(), kKPanelCells, S + j, bk, nullptr, &next);
         } else {
             kern.v_rows(k.type, tile, p.kp.tile_row_bytes(), hd, kKPanelCells, KT + j, bk);
         }
