@@ -631,6 +631,22 @@ TEST_P(CpuOps, StoreRowsIntoCaches) {
     }
 }
 
+// Computes store_rows of the rows xv (F32 [row, ids.size()]) into a cache of `cells` rows of type t
+// (bytes in all) laid out per `layout`, whose bytes start as a known pattern; `before` gets that
+// pattern. Returns the cache.
+const uint8_t* store_into_patterned_cache(Harness& h, Type t, int64_t row, int64_t cells, size_t bytes,
+                                          const std::vector<float>& xv, const std::vector<int32_t>& ids,
+                                          kiln::StoreRowsLayout layout, std::vector<uint8_t>& before) {
+    auto* cache = static_cast<uint8_t*>(h.hold(bytes));
+    for (size_t i = 0; i < bytes; ++i) cache[i] = static_cast<uint8_t>(i * 7 + 1);
+    before.assign(cache, cache + bytes);
+    Tensor* c = h.g.leaf(t, {row, cells, 1, 1}, "cache", cache);
+    h.g.store_rows(c, h.f32({row, static_cast<int64_t>(ids.size()), 1, 1}, xv, Layout::Padded, "x"), h.input_i32(ids),
+                   "store", layout);
+    h.compute();
+    return cache;
+}
+
 // K panels (core/kv_layout.h): store_rows scatters each head's row down a column of its tile. Checked
 // against the layout's formula written out here, and bit-exact with the reference conversion.
 TEST_P(CpuOps, StoreRowsIntoKPanels) {
@@ -645,13 +661,8 @@ TEST_P(CpuOps, StoreRowsIntoKPanels) {
             const std::vector<int32_t> ids = {4, 0, 69, 127, 64, 2};  // both panels, their edges, out of order
             const auto xv = randn(rng, row * static_cast<int64_t>(ids.size()));
             Harness h(nth);
-            auto* cache = static_cast<uint8_t*>(h.hold(bytes));
-            for (size_t i = 0; i < bytes; ++i) cache[i] = static_cast<uint8_t>(i * 7 + 1);
-            std::vector<uint8_t> want(cache, cache + bytes);
-            Tensor* c = h.g.leaf(t, {row, cells, 1, 1}, "cache", cache);
-            h.g.store_rows(c, h.f32({row, static_cast<int64_t>(ids.size()), 1, 1}, xv, Layout::Padded, "x"),
-                           h.input_i32(ids), "store", {.panel_head_dim = hd});
-            h.compute();
+            std::vector<uint8_t> want;
+            const uint8_t* cache = store_into_patterned_cache(h, t, row, cells, bytes, xv, ids, {.panel_head_dim = hd}, want);
             for (size_t r = 0; r < ids.size(); ++r) {
                 std::vector<uint8_t> conv(static_cast<size_t>(row) * es);
                 kiln::quantize(t, xv.data() + static_cast<int64_t>(r) * row, conv.data(), 1, row);
@@ -685,13 +696,8 @@ TEST_P(CpuOps, StoreRowsHeadMajor) {
             const std::vector<int32_t> ids = {4, 0, 18, 7};
             const auto xv = randn(rng, row * static_cast<int64_t>(ids.size()));
             Harness h(nth);
-            auto* cache = static_cast<uint8_t*>(h.hold(bytes));
-            for (size_t i = 0; i < bytes; ++i) cache[i] = static_cast<uint8_t>(i * 7 + 1);
-            std::vector<uint8_t> want(cache, cache + bytes);
-            Tensor* c = h.g.leaf(t, {row, cells, 1, 1}, "cache", cache);
-            h.g.store_rows(c, h.f32({row, static_cast<int64_t>(ids.size()), 1, 1}, xv, Layout::Padded, "x"),
-                           h.input_i32(ids), "store", {.head_major_dim = hd});
-            h.compute();
+            std::vector<uint8_t> want;
+            const uint8_t* cache = store_into_patterned_cache(h, t, row, cells, bytes, xv, ids, {.head_major_dim = hd}, want);
             for (size_t r = 0; r < ids.size(); ++r) {
                 for (int64_t hh = 0; hh < n_head; ++hh) {
                     std::vector<uint8_t> conv(hrb);
