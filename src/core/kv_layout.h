@@ -1,8 +1,10 @@
-// How K rows are laid out in a KV cache tensor, shared by the code that writes
-// the cache (store_rows, the K-shift) and the attention that reads it.
+// How K and V rows are laid out in a KV cache tensor, shared by the code that
+// writes the cache (store_rows, the K-shift) and the attention that reads it.
 //
-// Rows (any cache type): cell c holds its K row [n_head * head_dim]
-// contiguously, row c of a [n_head * head_dim, n_cells] tensor.
+// Rows (any cache type): cell c holds its row [n_head * head_dim]
+// contiguously, row c of a [n_head * head_dim, n_cells] tensor. A Q8_0 K cache
+// is kept so (its blocks run along the head dimension, and the K-shift's rows
+// path reads it by cell).
 //
 // Panels (F32, F16, BF16): each KV head has its own region of the tensor, in
 // which cells are grouped in panels of kKPanelCells consecutive cells, each
