@@ -17,10 +17,12 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/cpu/kernels/activations.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/ptr_map.h"
 #include "backends/scheduler.h"
 #include "core/graph.h"
 #include "core/quant.h"
@@ -811,3 +813,39 @@ TEST(GraphBuilders, BlockTypesNeedWholeBlocksPerRow) {
 }
 
 }  // namespace
+
+// PtrMap (the scheduler's pointer-keyed tables) against std::unordered_map: random inserts,
+// look-ups of present and absent keys across several growths, and keys that share low bits
+// (tensors of one graph sit at a fixed stride).
+TEST(PtrMap, MatchesUnorderedMap) {
+    std::vector<int64_t> pool(70000);
+    std::mt19937 rng(7);
+    for (int round = 0; round < 3; ++round) {
+        kiln::PtrMap<const int64_t*, int> map;
+        std::unordered_map<const int64_t*, int> ref;
+        if (round == 1) map.clear_for(100);  // start small and grow
+        for (int i = 0; i < 20000; ++i) {
+            const size_t idx = round == 2 ? (static_cast<size_t>(i) * 3) % pool.size() : rng() % pool.size();
+            const int64_t* key = &pool[idx];
+            const int v = static_cast<int>(rng() % 1000);
+            map[key] += v;
+            ref[key] += v;
+            const int64_t* probe = &pool[rng() % pool.size()];
+            const int* got = map.find(probe);
+            auto it = ref.find(probe);
+            ASSERT_EQ(got != nullptr, it != ref.end()) << "round " << round << " step " << i;
+            if (got) {
+                ASSERT_EQ(*got, it->second);
+            }
+        }
+        EXPECT_EQ(map.size(), ref.size());
+        for (const auto& [k, v] : ref) {
+            const int* got = map.find(k);
+            ASSERT_NE(got, nullptr);
+            EXPECT_EQ(*got, v);
+        }
+        map.clear_for(10);
+        EXPECT_EQ(map.size(), 0u);
+        EXPECT_FALSE(map.contains(ref.begin()->first));
+    }
+}

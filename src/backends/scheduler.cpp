@@ -80,23 +80,24 @@ Scheduler::Scheduler(std::vector<Backend*> backends, std::function<int(int)> lay
 void Scheduler::place_leaf(const Tensor* leaf, int backend) { leaf_backend_[leaf] = backend; }
 
 int Scheduler::backend_of(const Tensor* node) const {
-    auto it = node_backend_.find(node);
-    return it == node_backend_.end() ? -1 : it->second;
+    const int* b = node_backend_.find(node);
+    return b ? *b : -1;
 }
 
 int Scheduler::home_backend(const Tensor* t) const {
     const Tensor* root = memory_root(const_cast<Tensor*>(t));
     if (root->op == Op::None) {
-        auto it = leaf_backend_.find(root);
-        return it == leaf_backend_.end() ? static_cast<int>(backends_.size()) - 1 : it->second;
+        const int* b = leaf_backend_.find(root);
+        return b ? *b : static_cast<int>(backends_.size()) - 1;
     }
-    auto it = node_backend_.find(root);
-    return it == node_backend_.end() ? static_cast<int>(backends_.size()) - 1 : it->second;
+    const int* b = node_backend_.find(root);
+    return b ? *b : static_cast<int>(backends_.size()) - 1;
 }
 
 void Scheduler::allocate(Graph& g) {
     const int cpu = static_cast<int>(backends_.size()) - 1;
-    node_backend_.clear();
+    const size_t n_nodes = g.nodes().size();
+    node_backend_.clear_for(n_nodes);
     splits_.clear();
     shadows_.clear();
 
@@ -126,12 +127,12 @@ void Scheduler::allocate(Graph& g) {
     }
 
     // 2. Cut into splits and plan copies of sources whose memory the split's backend cannot address.
-    std::unordered_map<const Tensor*, Tensor*> shadow_of;  // per split
+    PtrMap<const Tensor*, Tensor*> shadow_of;  // per split
     for (Tensor* n : g.nodes()) {
         const int b = node_backend_[n];
         if (splits_.empty() || splits_.back().backend != b) {
             splits_.push_back(Split{b, {}, {}, {}});
-            shadow_of.clear();
+            if (shadow_of.size()) shadow_of.clear_for(0);
         }
         Split& sp = splits_.back();
         sp.nodes.push_back(n);
@@ -165,7 +166,8 @@ void Scheduler::allocate(Graph& g) {
     }
 
     // 3. Liveness: the last split/node index at which each memory root is read.
-    std::unordered_map<const Tensor*, size_t> last_use;
+    PtrMap<const Tensor*, size_t> last_use;
+    last_use.clear_for(n_nodes + g.inputs().size());
     size_t step = 0;
     for (const Split& sp : splits_) {
         for (const Copy& c : sp.copies) last_use[memory_root(c.from)] = step;
@@ -181,12 +183,13 @@ void Scheduler::allocate(Graph& g) {
     // 4. Plan offsets per backend arena, then allocate and set data pointers.
     std::vector<ArenaPlan> plans(backends_.size());
     std::vector<std::pair<Tensor*, std::pair<int, size_t>>> placed;  // tensor -> (backend, offset)
-    std::unordered_map<const Tensor*, std::pair<int, size_t>> where;
+    PtrMap<const Tensor*, std::pair<int, size_t>> where;
+    where.clear_for(n_nodes);
     for (Tensor* in : g.inputs()) {  // inputs stay alive for the whole graph
         const size_t off = plans[static_cast<size_t>(cpu)].alloc(in->nbytes());
         placed.push_back({in, {cpu, off}});
     }
-    std::unordered_map<const Tensor*, bool> keep;  // memory roots of outputs (views of them included)
+    PtrMap<const Tensor*, bool> keep;  // memory roots of outputs (views of them included)
     for (Tensor* n : g.nodes()) {
         if (n->is_output) keep[memory_root(n)] = true;
     }
@@ -216,8 +219,8 @@ void Scheduler::allocate(Graph& g) {
                 const size_t off = plans[static_cast<size_t>(sp.backend)].alloc(n->nbytes());
                 where[n] = {sp.backend, off};
                 placed.push_back({n, {sp.backend, off}});
-                auto lu = last_use.find(n);
-                if (!n->is_output && !keep.count(n)) frees.emplace_back(lu == last_use.end() ? step : lu->second, n);
+                const size_t* lu = last_use.find(n);
+                if (!n->is_output && !keep.contains(n)) frees.emplace_back(lu ? *lu : step, n);
             }
             ++step;
         }

@@ -11,10 +11,10 @@
 
 #include <functional>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/ptr_map.h"
 #include "core/graph.h"
 
 namespace kiln {
@@ -66,8 +66,8 @@ private:
     int home_backend(const Tensor* t) const;  // where t's data lives
     std::vector<Backend*> backends_;
     std::function<int(int)> layer_backend_;
-    std::unordered_map<const Tensor*, int> leaf_backend_;
-    std::unordered_map<const Tensor*, int> node_backend_;
+    PtrMap<const Tensor*, int> leaf_backend_;
+    PtrMap<const Tensor*, int> node_backend_;
     std::vector<Split> splits_;
     std::vector<std::unique_ptr<Tensor>> shadows_;
     std::vector<std::unique_ptr<Buffer>> arenas_;  // one per backend, grown as needed

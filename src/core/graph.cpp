@@ -18,8 +18,11 @@ std::string shape_str(const Tensor* t) {
     throw std::invalid_argument("graph: " + std::string(op) + ": " + what);
 }
 
-void require(bool ok, std::string_view op, const std::string& what) {
-    if (!ok) shape_error(op, what);
+// The message is built only on failure: graphs are rebuilt for every token, and formatting
+// every node's shapes up front showed in generation profiles.
+template <class Message>
+void require(bool ok, std::string_view op, Message&& what) {
+    if (!ok) shape_error(op, std::string(what()));
 }
 
 // b can be broadcast onto a: each dim of b divides a's.
@@ -66,15 +69,14 @@ Tensor* Graph::view(Tensor* t, std::array<int64_t, 4> ne, std::array<size_t, 4> 
     v->nb = nb;
     v->src[0] = t;
     v->view_offset = offset;
-    require(offset + v->nbytes() <= t->nbytes() || t->nbytes() == 0, "view",
-            "view of " + shape_str(t) + " at offset " + std::to_string(offset) + " runs past its data");
+    require(offset + v->nbytes() <= t->nbytes() || t->nbytes() == 0, "view", [&] { return "view of " + shape_str(t) + " at offset " + std::to_string(offset) + " runs past its data"; });
     nodes_.push_back(v);
     return v;
 }
 
 Tensor* Graph::reshape(Tensor* t, std::array<int64_t, 4> ne, std::string name) {
-    require(t->is_contiguous(), "reshape", shape_str(t) + " is not contiguous");
-    require(ne[0] * ne[1] * ne[2] * ne[3] == t->nelements(), "reshape", shape_str(t) + ": element count differs");
+    require(t->is_contiguous(), "reshape", [&] { return shape_str(t) + " is not contiguous"; });
+    require(ne[0] * ne[1] * ne[2] * ne[3] == t->nelements(), "reshape", [&] { return shape_str(t) + ": element count differs"; });
     Tensor tmp;
     tmp.type = t->type;
     tmp.ne = ne;
@@ -83,8 +85,8 @@ Tensor* Graph::reshape(Tensor* t, std::array<int64_t, 4> ne, std::string name) {
 }
 
 Tensor* Graph::get_rows(Tensor* table, Tensor* ids, std::string name) {
-    require(ids->type == Type::I32 && ids->ne[1] == 1, "get_rows", "ids " + shape_str(ids) + " must be I32 [n]");
-    require(table->ne[2] == 1 && table->ne[3] == 1, "get_rows", "table " + shape_str(table) + " must be 2-D");
+    require(ids->type == Type::I32 && ids->ne[1] == 1, "get_rows", [&] { return "ids " + shape_str(ids) + " must be I32 [n]"; });
+    require(table->ne[2] == 1 && table->ne[3] == 1, "get_rows", [&] { return "table " + shape_str(table) + " must be 2-D"; });
     Tensor* t = make(Op::GetRows, Type::F32, {table->ne[0], ids->ne[0], 1, 1}, std::move(name));
     t->src = {table, ids};
     nodes_.push_back(t);
@@ -92,9 +94,9 @@ Tensor* Graph::get_rows(Tensor* table, Tensor* ids, std::string name) {
 }
 
 Tensor* Graph::mul_mat(Tensor* w, Tensor* x, std::string name) {
-    require(w->ne[0] == x->ne[0], "mul_mat", shape_str(w) + " x " + shape_str(x) + ": inner dimensions differ");
-    require(w->ne[2] == 1 && w->ne[3] == 1, "mul_mat", "weights " + shape_str(w) + " must be 2-D");
-    require(x->type == Type::F32, "mul_mat", "activations " + shape_str(x) + " must be F32");
+    require(w->ne[0] == x->ne[0], "mul_mat", [&] { return shape_str(w) + " x " + shape_str(x) + ": inner dimensions differ"; });
+    require(w->ne[2] == 1 && w->ne[3] == 1, "mul_mat", [&] { return "weights " + shape_str(w) + " must be 2-D"; });
+    require(x->type == Type::F32, "mul_mat", [&] { return "activations " + shape_str(x) + " must be F32"; });
     Tensor* t = make(Op::MulMat, Type::F32, {w->ne[1], x->ne[1], x->ne[2], x->ne[3]}, std::move(name));
     t->src = {w, x};
     nodes_.push_back(t);
@@ -102,8 +104,8 @@ Tensor* Graph::mul_mat(Tensor* w, Tensor* x, std::string name) {
 }
 
 Tensor* Graph::add(Tensor* a, Tensor* b, std::string name) {
-    require(a->type == Type::F32 && b->type == Type::F32, "add", "operands must be F32");
-    require(broadcastable(a, b), "add", shape_str(b) + " does not broadcast onto " + shape_str(a));
+    require(a->type == Type::F32 && b->type == Type::F32, "add", [&] { return "operands must be F32"; });
+    require(broadcastable(a, b), "add", [&] { return shape_str(b) + " does not broadcast onto " + shape_str(a); });
     Tensor* t = make(Op::Add, Type::F32, a->ne, std::move(name));
     t->src = {a, b};
     nodes_.push_back(t);
@@ -111,8 +113,8 @@ Tensor* Graph::add(Tensor* a, Tensor* b, std::string name) {
 }
 
 Tensor* Graph::mul(Tensor* a, Tensor* b, std::string name) {
-    require(a->type == Type::F32 && b->type == Type::F32, "mul", "operands must be F32");
-    require(broadcastable(a, b), "mul", shape_str(b) + " does not broadcast onto " + shape_str(a));
+    require(a->type == Type::F32 && b->type == Type::F32, "mul", [&] { return "operands must be F32"; });
+    require(broadcastable(a, b), "mul", [&] { return shape_str(b) + " does not broadcast onto " + shape_str(a); });
     Tensor* t = make(Op::Mul, Type::F32, a->ne, std::move(name));
     t->src = {a, b};
     nodes_.push_back(t);
@@ -120,7 +122,7 @@ Tensor* Graph::mul(Tensor* a, Tensor* b, std::string name) {
 }
 
 Tensor* Graph::scale(Tensor* a, float s, std::string name) {
-    require(a->type == Type::F32, "scale", shape_str(a) + " must be F32");
+    require(a->type == Type::F32, "scale", [&] { return shape_str(a) + " must be F32"; });
     Tensor* t = make(Op::Scale, Type::F32, a->ne, std::move(name));
     t->src[0] = a;
     t->fparams[0] = s;
@@ -129,7 +131,7 @@ Tensor* Graph::scale(Tensor* a, float s, std::string name) {
 }
 
 Tensor* Graph::rms_norm(Tensor* a, float eps, std::string name) {
-    require(a->type == Type::F32, "rms_norm", shape_str(a) + " must be F32");
+    require(a->type == Type::F32, "rms_norm", [&] { return shape_str(a) + " must be F32"; });
     Tensor* t = make(Op::RmsNorm, Type::F32, a->ne, std::move(name));
     t->src[0] = a;
     t->fparams[0] = eps;
@@ -139,11 +141,9 @@ Tensor* Graph::rms_norm(Tensor* a, float eps, std::string name) {
 
 Tensor* Graph::rope(Tensor* x, Tensor* pos, int n_dims, RopeMode mode, float freq_base, float freq_scale,
                     std::string name) {
-    require(x->type == Type::F32, "rope", shape_str(x) + " must be F32");
-    require(pos->type == Type::I32 && pos->ne[0] == x->ne[2], "rope",
-            "positions " + shape_str(pos) + " must be I32 with one entry per token of " + shape_str(x));
-    require(n_dims > 0 && n_dims % 2 == 0 && n_dims <= x->ne[0], "rope",
-            "n_dims " + std::to_string(n_dims) + " must be even and at most the head size of " + shape_str(x));
+    require(x->type == Type::F32, "rope", [&] { return shape_str(x) + " must be F32"; });
+    require(pos->type == Type::I32 && pos->ne[0] == x->ne[2], "rope", [&] { return "positions " + shape_str(pos) + " must be I32 with one entry per token of " + shape_str(x); });
+    require(n_dims > 0 && n_dims % 2 == 0 && n_dims <= x->ne[0], "rope", [&] { return "n_dims " + std::to_string(n_dims) + " must be even and at most the head size of " + shape_str(x); });
     Tensor* t = make(Op::Rope, Type::F32, x->ne, std::move(name));
     t->src = {x, pos};
     t->iparams[0] = n_dims;
@@ -155,7 +155,7 @@ Tensor* Graph::rope(Tensor* x, Tensor* pos, int n_dims, RopeMode mode, float fre
 }
 
 Tensor* Graph::silu(Tensor* a, std::string name) {
-    require(a->type == Type::F32, "silu", shape_str(a) + " must be F32");
+    require(a->type == Type::F32, "silu", [&] { return shape_str(a) + " must be F32"; });
     Tensor* t = make(Op::Silu, Type::F32, a->ne, std::move(name));
     t->src[0] = a;
     nodes_.push_back(t);
@@ -163,7 +163,7 @@ Tensor* Graph::silu(Tensor* a, std::string name) {
 }
 
 Tensor* Graph::gelu_tanh(Tensor* a, std::string name) {
-    require(a->type == Type::F32, "gelu_tanh", shape_str(a) + " must be F32");
+    require(a->type == Type::F32, "gelu_tanh", [&] { return shape_str(a) + " must be F32"; });
     Tensor* t = make(Op::GeluTanh, Type::F32, a->ne, std::move(name));
     t->src[0] = a;
     nodes_.push_back(t);
@@ -171,8 +171,8 @@ Tensor* Graph::gelu_tanh(Tensor* a, std::string name) {
 }
 
 Tensor* Graph::swiglu(Tensor* gate, Tensor* up, std::string name) {
-    require(gate->type == Type::F32 && up->type == Type::F32, "swiglu", "operands must be F32");
-    require(gate->ne == up->ne, "swiglu", shape_str(gate) + " and " + shape_str(up) + " differ");
+    require(gate->type == Type::F32 && up->type == Type::F32, "swiglu", [&] { return "operands must be F32"; });
+    require(gate->ne == up->ne, "swiglu", [&] { return shape_str(gate) + " and " + shape_str(up) + " differ"; });
     Tensor* t = make(Op::SwiGlu, Type::F32, gate->ne, std::move(name));
     t->src = {gate, up};
     nodes_.push_back(t);
@@ -180,8 +180,8 @@ Tensor* Graph::swiglu(Tensor* gate, Tensor* up, std::string name) {
 }
 
 Tensor* Graph::geglu(Tensor* gate, Tensor* up, std::string name) {
-    require(gate->type == Type::F32 && up->type == Type::F32, "geglu", "operands must be F32");
-    require(gate->ne == up->ne, "geglu", shape_str(gate) + " and " + shape_str(up) + " differ");
+    require(gate->type == Type::F32 && up->type == Type::F32, "geglu", [&] { return "operands must be F32"; });
+    require(gate->ne == up->ne, "geglu", [&] { return shape_str(gate) + " and " + shape_str(up) + " differ"; });
     Tensor* t = make(Op::GeGlu, Type::F32, gate->ne, std::move(name));
     t->src = {gate, up};
     nodes_.push_back(t);
@@ -189,10 +189,9 @@ Tensor* Graph::geglu(Tensor* gate, Tensor* up, std::string name) {
 }
 
 Tensor* Graph::soft_max(Tensor* a, Tensor* mask, float s, std::string name) {
-    require(a->type == Type::F32, "soft_max", shape_str(a) + " must be F32");
+    require(a->type == Type::F32, "soft_max", [&] { return shape_str(a) + " must be F32"; });
     if (mask) {
-        require(mask->type == Type::F32 && mask->ne[0] == a->ne[0] && mask->ne[1] == a->ne[1], "soft_max",
-                "mask " + shape_str(mask) + " must be F32 [ne0, ne1] of " + shape_str(a));
+        require(mask->type == Type::F32 && mask->ne[0] == a->ne[0] && mask->ne[1] == a->ne[1], "soft_max", [&] { return "mask " + shape_str(mask) + " must be F32 [ne0, ne1] of " + shape_str(a); });
     }
     Tensor* t = make(Op::SoftMax, Type::F32, a->ne, std::move(name));
     t->src = {a, mask};
@@ -203,20 +202,18 @@ Tensor* Graph::soft_max(Tensor* a, Tensor* mask, float s, std::string name) {
 
 Tensor* Graph::store_rows(Tensor* dst, Tensor* x, Tensor* ids, std::string name, StoreRowsLayout layout) {
     const int64_t panel_head_dim = layout.panel_head_dim, head_major_dim = layout.head_major_dim;
-    require(panel_head_dim == 0 || head_major_dim == 0, "store_rows", "K panels and head-major rows are exclusive");
-    require(x->type == Type::F32 && x->ne[0] == dst->ne[0], "store_rows",
-            shape_str(x) + " rows must be F32 of the length of " + shape_str(dst));
-    require(ids->type == Type::I32 && ids->ne[0] == x->ne[1], "store_rows",
-            "ids " + shape_str(ids) + " must be I32 with one entry per row of " + shape_str(x));
+    require(panel_head_dim == 0 || head_major_dim == 0, "store_rows", [&] { return "K panels and head-major rows are exclusive"; });
+    require(x->type == Type::F32 && x->ne[0] == dst->ne[0], "store_rows", [&] { return shape_str(x) + " rows must be F32 of the length of " + shape_str(dst); });
+    require(ids->type == Type::I32 && ids->ne[0] == x->ne[1], "store_rows", [&] { return "ids " + shape_str(ids) + " must be I32 with one entry per row of " + shape_str(x); });
     if (panel_head_dim > 0) {
         require(k_panels_supported(dst->type) && dst->ne[0] % panel_head_dim == 0 && dst->ne[1] % kKPanelCells == 0 &&
                     dst->is_contiguous() && panel_head_dim <= INT32_MAX,
-                "store_rows", shape_str(dst) + " cannot hold K panels of head size " + std::to_string(panel_head_dim));
+                "store_rows", [&] { return shape_str(dst) + " cannot hold K panels of head size " + std::to_string(panel_head_dim); });
     }
     if (head_major_dim > 0) {
         require(dst->ne[0] % head_major_dim == 0 && head_major_dim % traits(dst->type).block_size == 0 && dst->is_contiguous() &&
                     head_major_dim <= INT32_MAX,
-                "store_rows", shape_str(dst) + " cannot hold head-major rows of head size " + std::to_string(head_major_dim));
+                "store_rows", [&] { return shape_str(dst) + " cannot hold head-major rows of head size " + std::to_string(head_major_dim); });
     }
     Tensor* t = make(Op::StoreRows, dst->type, dst->ne, name.empty() ? dst->name : std::move(name));
     t->nb = dst->nb;
@@ -228,17 +225,15 @@ Tensor* Graph::store_rows(Tensor* dst, Tensor* x, Tensor* ids, std::string name,
 }
 
 Tensor* Graph::attention(Tensor* q, Tensor* k, Tensor* v, Tensor* mask, AttentionParams p, std::string name) {
-    require(q->type == Type::F32, "attention", "q " + shape_str(q) + " must be F32");
-    require(k->ne[0] == q->ne[0], "attention", "q " + shape_str(q) + " and k " + shape_str(k) + ": head sizes differ");
-    require(k->ne[1] > 0 && q->ne[1] % k->ne[1] == 0, "attention",
-            "query heads of " + shape_str(q) + " are not a multiple of the KV heads of " + shape_str(k));
-    require(v->ne[1] == k->ne[1] && v->ne[2] == k->ne[2], "attention", "k " + shape_str(k) + " and v " + shape_str(v) + " differ");
-    require(mask && mask->type == Type::F32 && mask->ne[0] == k->ne[2] && mask->ne[1] == q->ne[2], "attention",
-            "mask must be F32 [n_kv, n_tokens]");
+    require(q->type == Type::F32, "attention", [&] { return "q " + shape_str(q) + " must be F32"; });
+    require(k->ne[0] == q->ne[0], "attention", [&] { return "q " + shape_str(q) + " and k " + shape_str(k) + ": head sizes differ"; });
+    require(k->ne[1] > 0 && q->ne[1] % k->ne[1] == 0, "attention", [&] { return "query heads of " + shape_str(q) + " are not a multiple of the KV heads of " + shape_str(k); });
+    require(v->ne[1] == k->ne[1] && v->ne[2] == k->ne[2], "attention", [&] { return "k " + shape_str(k) + " and v " + shape_str(v) + " differ"; });
+    require(mask && mask->type == Type::F32 && mask->ne[0] == k->ne[2] && mask->ne[1] == q->ne[2], "attention", [&] { return "mask must be F32 [n_kv, n_tokens]"; });
     require(!p.k_panels || (k_panels_supported(k->type) && k->op == Op::View && k->view_offset == 0 &&
                             k->src[0]->ne[0] == k->ne[0] * k->ne[1] && k->src[0]->ne[1] % kKPanelCells == 0 &&
                             k->src[0]->ne[1] >= k->ne[2]),
-            "attention", "k " + shape_str(k) + " cannot be read as K panels (a view from the start of an F32/F16/BF16 cache)");
+            "attention", [&] { return "k " + shape_str(k) + " cannot be read as K panels (a view from the start of an F32/F16/BF16 cache)"; });
     Tensor* t = make(Op::Attention, Type::F32, {v->ne[0] * q->ne[1], q->ne[2], 1, 1}, std::move(name));
     t->src = {q, k, v, mask};
     t->fparams[0] = p.scale;

@@ -114,7 +114,9 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
     }
     if (scratch_.size() < need) scratch_.resize(need);
     pool_.run([&](int ith, int n_threads) {
+        RopeTable rope;
         ComputeContext ctx;
+        ctx.rope = &rope;
         ctx.ith = ith;
         ctx.nth = n_threads;
         ctx.barrier = [this] { pool_.barrier(); };

@@ -8,11 +8,23 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "backends/cpu/work_regions.h"
 #include "core/tensor.h"
 
 namespace kiln::cpu {
+
+// The last cos/sin table op_rope computed on one thread: one position and one set of
+// parameters. Generation rotates q and k of every layer by the same position, so each thread
+// computes the table once per graph instead of twice per layer.
+struct RopeTable {
+    bool valid = false;
+    int32_t pos = 0;
+    int n_dims = 0;
+    float base = 0, freq_scale = 0;
+    std::vector<float> cos, sin;  // [n_dims / 2]
+};
 
 struct ComputeContext {
     int ith = 0;
@@ -24,6 +36,7 @@ struct ComputeContext {
     // Shared by all threads: ops that hand out work in chunks (MulMat) claim them from it.
     // Thread 0 resets it before the op's first internal barrier; null: static split.
     WorkRegions* work = nullptr;
+    RopeTable* rope = nullptr;  // this thread's, kept across the nodes of one graph; null: none
 };
 
 // Rows [begin, end) of n that thread ith of nth handles.

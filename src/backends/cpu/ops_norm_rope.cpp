@@ -47,18 +47,27 @@ void op_rope(const Tensor& t, ComputeContext& ctx) {
     const int half = n_dims / 2;
     const double theta_scale = std::pow(static_cast<double>(base), -2.0 / n_dims);
     // The rotation depends only on the position: one cos/sin table per token, shared by its
-    // heads (rows of one token are consecutive, heads fastest).
-    std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
-    int64_t cached = -1;
+    // heads (rows of one token are consecutive, heads fastest), and by later ropes of the same
+    // position on this thread (ctx.rope).
+    RopeTable local;
+    RopeTable& tab = ctx.rope ? *ctx.rope : local;
     for_rows(t, ctx, [&](int64_t ih, int64_t it, int64_t i3) {
-        if (it != cached) {
+        if (!tab.valid || tab.pos != pos[it] || tab.n_dims != n_dims || tab.base != base || tab.freq_scale != freq_scale) {
+            tab.cos.resize(static_cast<size_t>(half));
+            tab.sin.resize(static_cast<size_t>(half));
             double theta = static_cast<double>(pos[it]) * freq_scale;
             for (int i = 0; i < half; ++i, theta *= theta_scale) {
-                cos_t[i] = static_cast<float>(std::cos(theta));
-                sin_t[i] = static_cast<float>(std::sin(theta));
+                tab.cos[static_cast<size_t>(i)] = static_cast<float>(std::cos(theta));
+                tab.sin[static_cast<size_t>(i)] = static_cast<float>(std::sin(theta));
             }
-            cached = it;
+            tab.valid = true;
+            tab.pos = pos[it];
+            tab.n_dims = n_dims;
+            tab.base = base;
+            tab.freq_scale = freq_scale;
         }
+        const float* cos_t = tab.cos.data();
+        const float* sin_t = tab.sin.data();
         const auto* src = reinterpret_cast<const float*>(x.row(ih, it, i3));
         auto* dst = reinterpret_cast<float*>(t.row(ih, it, i3));
         for (int i = 0; i < half; ++i) {

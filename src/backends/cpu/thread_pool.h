@@ -37,10 +37,12 @@ private:
     std::vector<std::thread> threads_;
     std::mutex mutex_;
     std::condition_variable wake_;
+    // job_ is written under mutex_ before job_generation_ is bumped (release); a worker that
+    // sees the new generation (acquire) may read job_ without the lock.
     const std::function<void(int, int)>* job_ = nullptr;
-    uint64_t job_generation_ = 0;   // guarded by mutex_
-    std::atomic<int> pending_{0};   // threads still inside the current job
-    bool stop_ = false;
+    std::atomic<uint64_t> job_generation_{0};  // written under mutex_
+    std::atomic<int> pending_{0};              // threads still inside the current job
+    std::atomic<bool> stop_{false};            // written under mutex_
     // Sense-reversing barrier.
     std::atomic<int> barrier_count_{0};
     std::atomic<int> team_{1};  // threads in the current run() (OpenMP may grant fewer than asked)
