@@ -234,6 +234,35 @@ TEST(PackedGemmFloat, EveryFastPathMatchesItsReference) {
     }
 }
 
+#if defined(KILN_ARCH_X86)
+// The q4_0 AVX-512 tiles come in two builds, high nibbles unpacked by a shift and a mask or
+// by GFNI (gemm_avx512gfni.cpp); packed_kernels picks by CPU. Both must give identical bits
+// (same integer sums), so the one this CPU does not run is still checked against the other.
+TEST(PackedGemmQ4_0, GfniTilesMatchShiftTilesExactly) {
+    if (!kiln::cpu::isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 VNNI here";
+    kiln::cpu::CpuFeatures f = kiln::cpu::cpu_features();
+    f.gfni = false;
+    const kiln::cpu::PackedKernels* shift = kiln::cpu::detail::packed_avx512(Type::Q4_0, f);
+    ASSERT_NE(shift, nullptr);
+    if (!kiln::cpu::cpu_features().gfni) GTEST_SKIP() << "no GFNI here";
+    const kiln::cpu::PackedKernels* gfni = kiln::cpu::detail::packed_q4_0_avx512gfni();
+    ASSERT_NE(shift, gfni);
+    for (int64_t K : {32, 96, 2048}) {
+        const int64_t N = 64;
+        const Weights w = make_weights(Type::Q4_0, K, N, static_cast<uint32_t>(K + 11));
+        for (int64_t M : {1, 2, 7, 8, 19}) {
+            const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M + K));
+            for (bool precise : {false, true}) {
+                const std::vector<float> a = run_kernels(*shift, Type::Q4_0, w, x, K, N, M, precise);
+                const std::vector<float> b = run_kernels(*gfni, Type::Q4_0, w, x, K, N, M, precise);
+                ASSERT_EQ(a.size(), b.size());
+                EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "K " << K << " M " << M << " precise " << precise;
+            }
+        }
+    }
+}
+#endif
+
 // The 16-bit float layouts pack blocks of 32 columns.
 TEST(PackedGemmFloat, NeedsWholeBlocksOfColumns) {
     for (Type t : {Type::F16, Type::BF16}) {

@@ -121,6 +121,7 @@ Detected detect() {
         d.f.avx512bw = bit(l7.ebx, 30);
         d.f.avx512vl = bit(l7.ebx, 31);
         d.f.avx512vnni = bit(l7.ecx, 11);
+        d.f.gfni = bit(l7.ecx, 8);
         if (l7.eax >= 1) d.f.avx512bf16 = bit(cpuid(7, 1).eax, 5);
     }
     return d;

@@ -34,6 +34,7 @@ std::string_view isa_name(Isa isa);
 struct CpuFeatures {
     bool avx2 = false, fma = false, f16c = false;
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
+    bool gfni = false;  // vgf2p8affineqb (with AVX-512: on 512-bit registers)
     bool neon = false, dotprod = false, i8mm = false;
 };
 const CpuFeatures& cpu_features();

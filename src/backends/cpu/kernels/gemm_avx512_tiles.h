@@ -1,0 +1,141 @@
+// The AVX-512 VNNI packed GEMM tiles for q4_0 and q8_0 weights (gemm.h), as templates over
+// how the high nibbles of q4_0 quants are unpacked. Included only by gemm_avx512.cpp (a shift
+// and a mask) and gemm_avx512gfni.cpp (one GF(2) affine op, for CPUs with GFNI), which are
+// compiled with different instruction sets: everything here is in an unnamed namespace, so
+// each file gets its own copies and the linker cannot mix them.
+//
+// A 512-bit register holds one 32-bit lane per weight row of a 16-row group; vpdpbusd
+// multiplies 4 unsigned weight quants of every row with 4 signed activation quants
+// broadcast to all lanes. Per 32-element block and activation row that is 8 vpdpbusd
+// (starting from the block's offset correction), one int->float conversion, one scale by
+// the activation's d and one FMA with the 16 weight scales. The weight block is loaded
+// (and for q4_0 unpacked) once for a tile of up to 8 activation rows.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "backends/cpu/kernels/gemm.h"
+#include "core/quant_blocks.h"
+
+namespace kiln::cpu {
+namespace {
+
+// Weight block layouts: fp16 d[16], then 64-byte chunks (4 packed nibble chunks for q4_0,
+// 8 byte chunks for q8_0). After unpacking, register c holds elements 4c..4c+3 of each row,
+// matching activation dword c of the block.
+template <bool kQ4, class Unpack>
+struct Layout {
+    static constexpr size_t kBlockBytes = kQ4 ? sizeof(block_q4_0x16) : sizeof(block_q8_0x16);
+    // Loads: one 64-byte chunk per step, unpacked (q4_0) into registers `chunk` and
+    // `chunk + kSplit` of the block.
+    static constexpr int kSteps = kQ4 ? 4 : 8;
+    static constexpr int kSplit = kQ4 ? 4 : 0;
+    static inline void step(const uint8_t* blk, int s, __m512i& a, __m512i& b) {
+        const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * s);
+        if constexpr (kQ4) {
+            const __m512i m4 = _mm512_set1_epi8(0x0F);
+            a = _mm512_and_si512(v, m4);
+            b = Unpack::high_nibbles(v, m4);
+        } else {
+            a = v;
+            b = v;
+        }
+    }
+};
+
+
+// Adds NB consecutive blocks (weights at blk, activations at xb) of the NC rows of a tile
+// to acc. Every activation operand is at a constant offset from xb, so vpdpbusd takes it as
+// an embedded-broadcast memory operand. The NB blocks' products are interleaved: NB x NC
+// independent dependency chains. With one block, 8 chains of 8 vpdpbusd (5-cycle latency)
+// left the two vector ports idle; two blocks measured +9-14% in the 8-row prompt tile.
+// kPf: the weights stream from memory; ask for them early (gemm.h, prefetch_weights).
+template <bool kQ4, class Unpack, int NC, int NB, bool kPf>
+inline void add_blocks(const uint8_t* blk, const uint8_t* xb, __m512 (&acc)[NC]) {
+    using L = Layout<kQ4, Unpack>;
+    if constexpr (kPf) prefetch_weights<NB * L::kBlockBytes>(blk);
+    // sum[i][j]: block i, row j; starts from the block's offset correction.
+    __m512i sum[NB][NC];
+#pragma GCC unroll 2
+    for (int i = 0; i < NB; ++i) {
+        const auto* xc = reinterpret_cast<const int32_t*>(xb + i * kActBlockBytes + 36 * kActTile);
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) sum[i][j] = _mm512_set1_epi32(xc[j]);
+    }
+    auto dot = [&](int i, int c, __m512i w) {
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            const auto* xq = reinterpret_cast<const int32_t*>(xb + i * kActBlockBytes + 32 * j);
+            sum[i][j] = _mm512_dpbusd_epi32(sum[i][j], w, _mm512_set1_epi32(xq[c]));
+        }
+    };
+#pragma GCC unroll 8
+    for (int s = 0; s < L::kSteps; ++s) {
+        __m512i a[NB], b[NB];
+#pragma GCC unroll 2
+        for (int i = 0; i < NB; ++i) L::step(blk + i * L::kBlockBytes, s, a[i], b[i]);
+#pragma GCC unroll 2
+        for (int i = 0; i < NB; ++i) dot(i, s, a[i]);
+        if constexpr (kQ4) {
+#pragma GCC unroll 2
+            for (int i = 0; i < NB; ++i) dot(i, s + L::kSplit, b[i]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < NB; ++i) {
+        const uint8_t* bi = blk + i * L::kBlockBytes;
+        const auto* xd = reinterpret_cast<const float*>(xb + i * kActBlockBytes + 32 * kActTile);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bi)));
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) {
+            const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[i][j]), _mm512_set1_ps(xd[j]));
+            acc[j] = _mm512_fmadd_ps(f, dw, acc[j]);
+        }
+    }
+}
+
+// One group of 16 weight rows x the NC activation rows of one tile (NC / P outputs).
+// kPf: the tile is the first to read its weight group (every generation tile; the first of
+// each group in prompts and batched decoding), so the weights come from memory: prefetch them.
+template <bool kQ4, class Unpack, int NC, int P, bool kPf>
+void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, float* y, int64_t y_stride) {
+    constexpr int NO = NC / P;
+    // One accumulator per activation row, pairs added at the end: with one per output the
+    // pair's FMAs would form a single dependency chain (precise generation waited on it).
+    __m512 acc[NC];
+#pragma GCC unroll 8
+    for (int j = 0; j < NC; ++j) acc[j] = _mm512_setzero_ps();
+    int64_t b = 0;
+#pragma GCC unroll 1
+    for (; b + 2 <= nb; b += 2) add_blocks<kQ4, Unpack, NC, 2, kPf>(wg + b * Layout<kQ4, Unpack>::kBlockBytes, xt + b * kActBlockBytes, acc);
+    if (b < nb) add_blocks<kQ4, Unpack, NC, 1, kPf>(wg + b * Layout<kQ4, Unpack>::kBlockBytes, xt + b * kActBlockBytes, acc);
+#pragma GCC unroll 8
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, P == 2 ? _mm512_add_ps(acc[P * o], acc[P * o + 1]) : acc[P * o]);
+}
+
+using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, float*, int64_t);
+
+template <bool kQ4, class Unpack, bool kPf>
+struct Tiles {
+    // [pairs - 1][columns - 1]; odd column counts do not occur with pairs.
+    static constexpr TileFn fn[2][kActTile] = {
+        {tile<kQ4, Unpack, 1, 1, kPf>, tile<kQ4, Unpack, 2, 1, kPf>, tile<kQ4, Unpack, 3, 1, kPf>, tile<kQ4, Unpack, 4, 1, kPf>, tile<kQ4, Unpack, 5, 1, kPf>,
+         tile<kQ4, Unpack, 6, 1, kPf>, tile<kQ4, Unpack, 7, 1, kPf>, tile<kQ4, Unpack, 8, 1, kPf>},
+        {nullptr, tile<kQ4, Unpack, 2, 2, kPf>, nullptr, tile<kQ4, Unpack, 4, 2, kPf>, nullptr, tile<kQ4, Unpack, 6, 2, kPf>, nullptr, tile<kQ4, Unpack, 8, 2, kPf>},
+    };
+};
+
+template <bool kQ4, class Unpack>
+void gemm(const GemmTask& t) {
+    const int64_t nb = t.K / 32;
+    const size_t tile_bytes = act_tile_bytes(t.K);
+    for_each_packed_tile(t, size_t{1} << 20, [&](const uint8_t* wg, int64_t g, int64_t r0, int nc, bool first) {
+        const TileFn fn = first ? Tiles<kQ4, Unpack, true>::fn[t.pairs - 1][nc - 1] : Tiles<kQ4, Unpack, false>::fn[t.pairs - 1][nc - 1];
+        fn(wg, nb, t.x + (r0 / kActTile) * tile_bytes, t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows, t.y_stride);
+    });
+}
+
+}  // namespace
+}  // namespace kiln::cpu
