@@ -121,6 +121,21 @@ inline void prefetch_weights(const uint8_t* p) {
     }
 }
 
+// The requests of prefetch_weights<kBytes, kL1Ahead> in kParts pieces, for a kernel to issue
+// piece `part` at step `part` of its loop over the kBytes. Issued all at once, a block's
+// requests (36 lines of L1 and 36 of L2 for a Q4_K super-block of 16 rows) waited on the fill
+// buffers; spread over the super-block's 8 steps, K-quant generation ran 3-7% faster.
+template <size_t kBytes, int kParts, size_t kL1Ahead = kPrefetchL1Bytes>
+inline void prefetch_weights_part(const uint8_t* p, int part) {
+    constexpr size_t kChunk = (kBytes + kParts * 64 - 1) / (kParts * 64) * 64;
+    constexpr size_t kL2Ahead = std::max(kPrefetchL2Bytes, 2 * kL1Ahead);
+    const size_t first = static_cast<size_t>(part) * kChunk;
+    for (size_t off = first; off < first + kChunk && off < kBytes; off += 64) {
+        prefetch_l1(p + kL1Ahead + off);
+        prefetch_l2(p + kL2Ahead + off);
+    }
+}
+
 // The loop of the q8-tile kernels: activation tiles are re-read for every weight group, so
 // they are taken in slices of about slice_bytes that stay in L2, and the weights stream once
 // per slice. Calls tile(wg, g, r0, nc, first) for every group g (at wg) and tile of nc rows

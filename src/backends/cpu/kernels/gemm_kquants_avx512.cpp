@@ -42,6 +42,11 @@ template <size_t kBytes>
 inline void prefetch_ahead(const uint8_t* blk) {
     prefetch_weights<kBytes, kPrefetchBlocks * kBytes>(blk);
 }
+// prefetch_ahead's requests spread over the 8 steps of a super-block (generation tiles).
+template <size_t kBytes>
+inline void prefetch_ahead_part(const uint8_t* blk, int part) {
+    prefetch_weights_part<kBytes, 8, kPrefetchBlocks * kBytes>(blk, part);
+}
 
 // Byte t of every 32-bit lane, zero-extended (vpshufb: indices within each 128-bit lane).
 inline __m512i lane_byte(__m512i v, int t) {
@@ -150,12 +155,13 @@ void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
-        if constexpr (NC <= 2) prefetch_ahead<sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk));
+
         __m512 dsc[8], dmn[8];
         q4_K_scales(blk, dsc, dmn);
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
+            if constexpr (NC <= 2) prefetch_ahead_part<sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk), j);
             __m512i w[8];
             q4_K_weights(blk, j, w);
             const uint8_t* xb = xs + j * kActBlockBytes;
@@ -191,11 +197,12 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
-        if constexpr (NC <= 2) prefetch_ahead<sizeof(block_q6_Kx16)>(reinterpret_cast<const uint8_t*>(blk));
+
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
 #pragma GCC unroll 8
         for (int b = 0; b < 8; ++b) {  // activation block b: sub-blocks 2b, 2b+1
+            if constexpr (NC <= 2) prefetch_ahead_part<sizeof(block_q6_Kx16)>(reinterpret_cast<const uint8_t*>(blk), b);
             __m512i w[8];
             q6_K_weights(blk, b, w);
             const uint8_t* xb = xs + b * kActBlockBytes;
