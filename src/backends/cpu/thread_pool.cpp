@@ -61,8 +61,8 @@ void ThreadPool::worker(int ith) {
             if (i % 256 == 255 && std::chrono::steady_clock::now() > poll_end) break;
         }
         const std::function<void(int, int)>* job = nullptr;
-        if (job_generation_.load(std::memory_order_acquire) != seen) {
-            seen = job_generation_.load(std::memory_order_acquire);
+        if (const uint64_t g = job_generation_.load(std::memory_order_acquire); g != seen) {
+            seen = g;
             job = job_;
         } else {
             std::unique_lock<std::mutex> lock(mutex_);
@@ -71,7 +71,6 @@ void ThreadPool::worker(int ith) {
             seen = job_generation_.load();
             job = job_;
         }
-        if (stop_.load(std::memory_order_acquire)) return;
         try {
             (*job)(ith, n_threads_);
         } catch (const Aborted&) {

@@ -4,13 +4,6 @@
 // of gemm_avx512gfni.cpp instead.
 #include <immintrin.h>
 
-// GCC 12's AVX-512 headers trigger -Wmaybe-uninitialized on their own intrinsics
-// (_mm512_undefined_* inside cvtph/cvtepi32); the code here initialises everything.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
 #include "backends/cpu/kernels/gemm_avx512_tiles.h"
 #include "backends/cpu/kernels/reduce_avx512.h"
 

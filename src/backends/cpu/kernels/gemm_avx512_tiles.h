@@ -14,6 +14,14 @@
 
 #include <immintrin.h>
 
+// GCC 12's AVX-512 headers trigger -Wmaybe-uninitialized on their own intrinsics
+// (_mm512_undefined_* inside cvtph/cvtepi32); the code here initialises everything.
+// (For the including file: gemm_avx512.cpp and gemm_avx512gfni.cpp.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 #include <algorithm>
 
 #include "backends/cpu/kernels/gemm.h"

@@ -5,11 +5,6 @@
 // 2 threads). Products are bit-identical to gemm_avx512.cpp's (tested).
 #include <immintrin.h>
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
 #include "backends/cpu/kernels/gemm_avx512_tiles.h"
 
 namespace kiln::cpu {
