@@ -196,6 +196,7 @@ const PackedKernels* packed_float_avx512(Type t, const CpuFeatures& f);
 const PackedKernels* packed_kquants_scalar(Type t);
 #if defined(KILN_ARCH_X86)
 const PackedKernels* packed_kquants_avx512(Type t, const CpuFeatures& f);
+const PackedKernels* packed_kquants_avx2(Type t, const CpuFeatures& f);
 #endif
 }  // namespace detail
 

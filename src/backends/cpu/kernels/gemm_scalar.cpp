@@ -113,6 +113,7 @@ const PackedKernels* packed_kernels(Type t, Isa isa) {
     // AVX-512 CPUs without VNNI (Skylake-SP) run the AVX2 kernels for the int8 types.
     if (isa == Isa::Avx2 || isa == Isa::Avx512) {
         if (const PackedKernels* k = detail::packed_avx2(t, cpu_features())) return k;
+        if (const PackedKernels* k = detail::packed_kquants_avx2(t, cpu_features())) return k;
     }
 #endif
     (void)isa;
@@ -123,9 +124,10 @@ bool packed_accelerated(Type t, Isa isa) {
 #if defined(KILN_ARCH_X86)
     if (isa == Isa::Avx512) {
         return detail::packed_avx512(t, cpu_features()) != nullptr || detail::packed_float_avx512(t, cpu_features()) != nullptr ||
-               detail::packed_kquants_avx512(t, cpu_features()) != nullptr || detail::packed_avx2(t, cpu_features()) != nullptr;
+               detail::packed_kquants_avx512(t, cpu_features()) != nullptr || detail::packed_avx2(t, cpu_features()) != nullptr ||
+               detail::packed_kquants_avx2(t, cpu_features()) != nullptr;
     }
-    if (isa == Isa::Avx2) return detail::packed_avx2(t, cpu_features()) != nullptr;
+    if (isa == Isa::Avx2) return detail::packed_avx2(t, cpu_features()) != nullptr || detail::packed_kquants_avx2(t, cpu_features()) != nullptr;
 #endif
     (void)t;
     (void)isa;

@@ -1,0 +1,323 @@
+// AVX2 packed GEMM kernels (gemm.h) for Q4_K and Q6_K weights, for CPUs without AVX-512 VNNI
+// (Haswell..Comet Lake, Zen 2/3). Same scheme as the q4_0 kernel of gemm_avx2.cpp: a 256-bit
+// register holds one 32-bit lane for each of 8 weight rows, so a 64-byte chunk of an x16 array
+// (4 quants of each of 16 rows) is two registers, rows 0-7 and rows 8-15 (the two halves), and
+// vpmaddubsw (unsigned weight quant x signed activation quant -> pairs summed in s16) followed
+// by vpmaddwd with ones (-> s32) stands in for vpdpbusd. The sub-block scales are unpacked
+// with byte shuffles into float vectors d * sc and dmin * m once per super-block, as in
+// gemm_kquants_avx512.cpp, whose activation tiles (third field: see gemm_kquants_scalar.cpp)
+// these kernels read.
+//  - Q4_K: quants 0..15 times |x| <= 127: a pair is at most 3810 and the 8 pairs an s16 lane
+//    gathers over a 32-element sub-block at most 30480, so one vpmaddwd per sub-block widens
+//    them. Per sub-block and activation row: int->float, x activation d, FMA with d * sc, FMA
+//    of the min term (the tile's d * sum(q) times dmin * m).
+//  - Q6_K: quants 0..63: a pair is at most 16002, so two chunks add in s16 before widening.
+//    Each 16-element sub-block starts from -32 * (the sum of its activation quants), one
+//    vpmaddwd of the tile's int16 pair, and ends in int->float, x activation d and an FMA
+//    with d * sc.
+// A tile call takes up to 4 activation rows x 16 weight rows (16 ymm registers: the rows' s16
+// or s32 sums of both halves, the weights and the broadcast activations), unpacking the weights
+// on the fly; generation tiles prefetch them.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/kernels/gemm.h"
+#include "core/quant_blocks.h"
+
+namespace kiln::cpu {
+namespace {
+
+constexpr int kSubRows = 4;  // activation rows of one tile call
+// Activation bytes kept hot per weight pass (as gemm_avx2.cpp: the L2 of AVX2-only CPUs).
+constexpr size_t kSliceBytes = size_t{192} << 10;
+// Generation tiles prefetch the super-block after next into L1 (gemm_kquants_avx512.cpp).
+constexpr size_t kPrefetchBlocks = 2;
+
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256i bcast32(const uint8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+inline __m256 fp16x8(const fp16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// Byte t of every 32-bit lane, zero-extended / sign-extended.
+inline __m256i lane_byte(__m256i v, int t) {
+    const int base = static_cast<int>(0x80808000u) | t;
+    return _mm256_shuffle_epi8(v, _mm256_setr_epi32(base, base + 4, base + 8, base + 12, base, base + 4, base + 8, base + 12));
+}
+inline __m256i lane_byte_signed(__m256i v, int t) { return _mm256_srai_epi32(_mm256_slli_epi32(v, 24 - 8 * t), 24); }
+
+// As gemm_avx2.cpp: keeps GCC from reassociating the accumulation chains into trees that spill.
+inline void keep_chain(__m256i& v) {
+#if defined(__GNUC__)
+    __asm__("" : "+x"(v));
+#else
+    (void)v;
+#endif
+}
+
+// Output o of a tile from per-row accumulators [row][half] (P == 2: a row and its residual).
+template <int R, int P>
+inline void store_outputs(const __m256 (&acc)[R][2], float* y, int64_t y_stride) {
+#pragma GCC unroll 4
+    for (int o = 0; o < R / P; ++o) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            _mm256_storeu_ps(y + o * y_stride + 8 * h, P == 2 ? _mm256_add_ps(acc[P * o][h], acc[P * o + 1][h]) : acc[P * o][h]);
+        }
+    }
+}
+
+// ---- Q4_K ----
+
+// d * sc and dmin * m of sub-blocks 0..7, [sub-block][half] x 8 rows.
+struct Q4KScales {
+    alignas(32) float dsc[8][2][8];
+    alignas(32) float dmn[8][2][8];
+};
+
+inline void q4_K_scales(const block_q4_Kx16* blk, Q4KScales& s) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        // Byte t of each lane: scale / min of sub-block t (lo) and 4 + t (hi); see k4_scale_min.
+        const __m256i A = load256(blk->scales + 32 * h), B = load256(blk->scales + 64 + 32 * h),
+                      C = load256(blk->scales + 128 + 32 * h);
+        const __m256i sc_lo = _mm256_and_si256(A, m6), mn_lo = _mm256_and_si256(B, m6);
+        const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(C, m4), _mm256_and_si256(_mm256_srli_epi32(A, 2), m30));
+        const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(C, 4), m4), _mm256_and_si256(_mm256_srli_epi32(B, 2), m30));
+        const __m256 d = fp16x8(blk->d + 8 * h), dmin = fp16x8(blk->dmin + 8 * h);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            _mm256_store_ps(s.dsc[j][h], _mm256_mul_ps(_mm256_cvtepi32_ps(lane_byte(j < 4 ? sc_lo : sc_hi, j % 4)), d));
+            _mm256_store_ps(s.dmn[j][h], _mm256_mul_ps(_mm256_cvtepi32_ps(lane_byte(j < 4 ? mn_lo : mn_hi, j % 4)), dmin));
+        }
+    }
+}
+
+// s32 sums of sub-block 2 jj + kHigh (its quants: the low or the high nibbles of sub-block pair
+// jj) against R activation rows ([row][half], one lane per weight row).
+template <int R, bool kHigh>
+inline void q4_K_sums(const block_q4_Kx16* blk, int jj, const uint8_t* xb, int c0, __m256i (&s)[R][2]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const uint8_t* q = blk->qs + 512 * jj;
+    __m256i s16[R][2];
+#pragma GCC unroll 4
+    for (int k = 0; k < R; ++k) s16[k][0] = s16[k][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+        __m256i w0 = load256(q + 64 * c), w1 = load256(q + 64 * c + 32);
+        if constexpr (kHigh) {
+            w0 = _mm256_srli_epi16(w0, 4);
+            w1 = _mm256_srli_epi16(w1, 4);
+        }
+        w0 = _mm256_and_si256(w0, m4);
+        w1 = _mm256_and_si256(w1, m4);
+#pragma GCC unroll 4
+        for (int k = 0; k < R; ++k) {
+            const __m256i x = bcast32(xb + 32 * (c0 + k) + 4 * c);
+            s16[k][0] = _mm256_add_epi16(s16[k][0], _mm256_maddubs_epi16(w0, x));
+            s16[k][1] = _mm256_add_epi16(s16[k][1], _mm256_maddubs_epi16(w1, x));
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < R; ++k) keep_chain(s16[k][0]), keep_chain(s16[k][1]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < R; ++k) {
+        s[k][0] = _mm256_madd_epi16(s16[k][0], ones);
+        s[k][1] = _mm256_madd_epi16(s16[k][1], ones);
+    }
+}
+
+// One group of 16 weight rows x R activation rows (columns c0.. of a tile; R / P outputs).
+template <int R, int P, bool kPrefetch>
+void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float* y, int64_t y_stride) {
+    __m256 acc[R][2];
+#pragma GCC unroll 4
+    for (int k = 0; k < R; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    Q4KScales sc;
+#pragma GCC unroll 1
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
+        q4_K_scales(blk, sc);
+        const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
+        // Sub-block j's products into the accumulators.
+        auto add = [&](int j, const __m256i (&s)[R][2]) {
+            const uint8_t* xb = xs + j * kActBlockBytes;
+            const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile) + c0;
+            const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile) + c0;
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+                const __m256 dsc = _mm256_load_ps(sc.dsc[j][h]), dmn = _mm256_load_ps(sc.dmn[j][h]);
+#pragma GCC unroll 4
+                for (int k = 0; k < R; ++k) {
+                    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s[k][h]), _mm256_set1_ps(xd[k]));
+                    acc[k][h] = _mm256_fmadd_ps(f, dsc, acc[k][h]);
+                    acc[k][h] = _mm256_fnmadd_ps(dmn, _mm256_set1_ps(xsum[k]), acc[k][h]);
+                }
+            }
+        };
+#pragma GCC unroll 1
+        for (int jj = 0; jj < 4; ++jj) {
+            __m256i s[R][2];
+            if constexpr (kPrefetch) {
+                prefetch_weights_part<sizeof(block_q4_Kx16), 8, kPrefetchBlocks * sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk), 2 * jj);
+            }
+            q4_K_sums<R, false>(blk, jj, xs + 2 * jj * kActBlockBytes, c0, s);
+            add(2 * jj, s);
+            if constexpr (kPrefetch) {
+                prefetch_weights_part<sizeof(block_q4_Kx16), 8, kPrefetchBlocks * sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk), 2 * jj + 1);
+            }
+            q4_K_sums<R, true>(blk, jj, xs + (2 * jj + 1) * kActBlockBytes, c0, s);
+            add(2 * jj + 1, s);
+        }
+    }
+    store_outputs<R, P>(acc, y, y_stride);
+}
+
+// ---- Q6_K ----
+
+// Quants (0..63) of activation block b, chunk c (elements 32 b + 4c .. + 3), half h.
+inline __m256i q6_K_chunk(const block_q6_Kx16* blk, int b, int c, int h) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const int hh = b / 4, k = b % 4;  // 128-element half; which of its 4 element ranges
+    const __m256i ql = load256(blk->ql + 64 * (16 * hh + 8 * (k % 2) + c) + 32 * h);
+    const __m256i qh = load256(blk->qh + 64 * (8 * hh + c) + 32 * h);
+    const __m256i lo = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), m4);
+    // bits 2k, 2k+1 of qh to bits 4, 5
+    const __m256i hs = k == 0 ? _mm256_slli_epi16(qh, 4) : k == 1 ? _mm256_slli_epi16(qh, 2) : k == 2 ? qh : _mm256_srli_epi16(qh, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(hs, m30));
+}
+
+// vpmaddwd with these turns an activation block's (low, high) int16 quant sums into -32 * low
+// or -32 * high: the offset of the Q6_K quants of sub-block 2b or 2b + 1.
+inline __m256i q6_K_offset(int sub) { return _mm256_set1_epi32(sub ? static_cast<int>(0xFFE00000u) : 0x0000FFE0); }
+
+template <int R, int P, bool kPrefetch>
+void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float* y, int64_t y_stride) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[R][2];
+#pragma GCC unroll 4
+    for (int k = 0; k < R; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    alignas(32) float dsc[16][2][8];  // d * sc of sub-block s, [half] x 8 rows
+#pragma GCC unroll 1
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            const __m256 d = fp16x8(blk->d + 8 * h);
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; ++q) {
+                // lane byte t of scales dword q is sub-block 4 q + t
+                const __m256i sv = load256(reinterpret_cast<const uint8_t*>(blk->scales) + 64 * q + 32 * h);
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; ++t) _mm256_store_ps(dsc[4 * q + t][h], _mm256_mul_ps(_mm256_cvtepi32_ps(lane_byte_signed(sv, t)), d));
+            }
+        }
+        const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
+#pragma GCC unroll 1
+        for (int b = 0; b < 8; ++b) {  // activation block b: sub-blocks 2b, 2b+1
+            if constexpr (kPrefetch) {
+                prefetch_weights_part<sizeof(block_q6_Kx16), 8, kPrefetchBlocks * sizeof(block_q6_Kx16)>(reinterpret_cast<const uint8_t*>(blk), b);
+            }
+            const uint8_t* xb = xs + b * kActBlockBytes;
+            const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile) + c0;
+            const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile) + c0;
+#pragma GCC unroll 2
+            for (int sub = 0; sub < 2; ++sub) {
+                __m256i s[R][2];
+#pragma GCC unroll 4
+                for (int k = 0; k < R; ++k) s[k][0] = s[k][1] = _mm256_madd_epi16(_mm256_set1_epi32(xsums[k]), q6_K_offset(sub));
+#pragma GCC unroll 2
+                for (int c = 4 * sub; c < 4 * sub + 4; c += 2) {  // two chunks add in s16 (at most 32004)
+                    const __m256i wa0 = q6_K_chunk(blk, b, c, 0), wa1 = q6_K_chunk(blk, b, c, 1);
+                    const __m256i wb0 = q6_K_chunk(blk, b, c + 1, 0), wb1 = q6_K_chunk(blk, b, c + 1, 1);
+#pragma GCC unroll 4
+                    for (int k = 0; k < R; ++k) {
+                        const __m256i xa = bcast32(xb + 32 * (c0 + k) + 4 * c), xb2 = bcast32(xb + 32 * (c0 + k) + 4 * c + 4);
+                        const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(wa0, xa), _mm256_maddubs_epi16(wb0, xb2));
+                        const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(wa1, xa), _mm256_maddubs_epi16(wb1, xb2));
+                        s[k][0] = _mm256_add_epi32(s[k][0], _mm256_madd_epi16(p0, ones));
+                        s[k][1] = _mm256_add_epi32(s[k][1], _mm256_madd_epi16(p1, ones));
+                    }
+#pragma GCC unroll 4
+                    for (int k = 0; k < R; ++k) keep_chain(s[k][0]), keep_chain(s[k][1]);
+                }
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; ++h) {
+                    const __m256 ds = _mm256_load_ps(dsc[2 * b + sub][h]);
+#pragma GCC unroll 4
+                    for (int k = 0; k < R; ++k) {
+                        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s[k][h]), _mm256_set1_ps(xd[k]));
+                        acc[k][h] = _mm256_fmadd_ps(f, ds, acc[k][h]);
+                    }
+                }
+            }
+        }
+    }
+    store_outputs<R, P>(acc, y, y_stride);
+}
+
+using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, int, float*, int64_t);
+
+template <template <int, int, bool> class T>
+struct Tiles {
+    // [pairs - 1][rows - 1]; odd row counts do not occur with pairs.
+    static constexpr TileFn sub[2][kSubRows] = {
+        {T<1, 1, false>::f, T<2, 1, false>::f, T<3, 1, false>::f, T<4, 1, false>::f},
+        {nullptr, T<2, 2, false>::f, nullptr, T<4, 2, false>::f},
+    };
+    // Generation (a tile of at most 2 rows): prefetching.
+    static constexpr TileFn gen[2][2] = {
+        {T<1, 1, true>::f, T<2, 1, true>::f},
+        {nullptr, T<2, 2, true>::f},
+    };
+};
+template <int R, int P, bool kPrefetch>
+struct Q4K {
+    static constexpr TileFn f = tile_q4_K<R, P, kPrefetch>;
+};
+template <int R, int P, bool kPrefetch>
+struct Q6K {
+    static constexpr TileFn f = tile_q6_K<R, P, kPrefetch>;
+};
+
+template <template <int, int, bool> class T>
+void gemm(const GemmTask& t) {
+    const int64_t nsb = t.K / QK_K;
+    const size_t tile_bytes = act_tile_bytes(t.K);
+    for_each_packed_tile(t, kSliceBytes, [&](const uint8_t* wg, int64_t g, int64_t r0, int nc, bool /*first*/) {
+        const uint8_t* xt = t.x + (r0 / kActTile) * tile_bytes;
+        float* y = t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows;
+        if (nc <= 2) {
+            Tiles<T>::gen[t.pairs - 1][nc - 1](wg, nsb, xt, 0, y, t.y_stride);
+            return;
+        }
+        for (int c0 = 0; c0 < nc; c0 += kSubRows) {
+            const int r = std::min(kSubRows, nc - c0);
+            Tiles<T>::sub[t.pairs - 1][r - 1](wg, nsb, xt, c0, y + (c0 / t.pairs) * t.y_stride, t.y_stride);
+        }
+    });
+}
+
+// Activation tiles from the scalar quantizer: identical bytes on every instruction set.
+constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q4K>, .gemm = gemm<Q4K>};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q6K>, .gemm = gemm<Q6K>};
+
+}  // namespace
+
+namespace detail {
+const PackedKernels* packed_kquants_avx2(Type t, const CpuFeatures& f) {
+    if (!f.avx2 || !f.fma || !f.f16c) return nullptr;
+    switch (t) {
+        case Type::Q4_K: return &kQ4_K;
+        case Type::Q6_K: return &kQ6_K;
+        default: return nullptr;
+    }
+}
+}  // namespace detail
+
+}  // namespace kiln::cpu
