@@ -191,6 +191,7 @@ const PackedKernels* packed_avx2(Type t, const CpuFeatures& f);
 const PackedKernels* packed_float_scalar(Type t);
 #if defined(KILN_ARCH_X86)
 const PackedKernels* packed_float_avx512(Type t, const CpuFeatures& f);
+const PackedKernels* packed_float_avx2(Type t, const CpuFeatures& f);
 #endif
 // Q4_K / Q6_K weights (gemm_kquants_*.cpp).
 const PackedKernels* packed_kquants_scalar(Type t);

@@ -114,6 +114,7 @@ const PackedKernels* packed_kernels(Type t, Isa isa) {
     if (isa == Isa::Avx2 || isa == Isa::Avx512) {
         if (const PackedKernels* k = detail::packed_avx2(t, cpu_features())) return k;
         if (const PackedKernels* k = detail::packed_kquants_avx2(t, cpu_features())) return k;
+        if (const PackedKernels* k = detail::packed_float_avx2(t, cpu_features())) return k;
     }
 #endif
     (void)isa;
@@ -125,9 +126,12 @@ bool packed_accelerated(Type t, Isa isa) {
     if (isa == Isa::Avx512) {
         return detail::packed_avx512(t, cpu_features()) != nullptr || detail::packed_float_avx512(t, cpu_features()) != nullptr ||
                detail::packed_kquants_avx512(t, cpu_features()) != nullptr || detail::packed_avx2(t, cpu_features()) != nullptr ||
-               detail::packed_kquants_avx2(t, cpu_features()) != nullptr;
+               detail::packed_kquants_avx2(t, cpu_features()) != nullptr || detail::packed_float_avx2(t, cpu_features()) != nullptr;
     }
-    if (isa == Isa::Avx2) return detail::packed_avx2(t, cpu_features()) != nullptr || detail::packed_kquants_avx2(t, cpu_features()) != nullptr;
+    if (isa == Isa::Avx2) {
+        return detail::packed_avx2(t, cpu_features()) != nullptr || detail::packed_kquants_avx2(t, cpu_features()) != nullptr ||
+               detail::packed_float_avx2(t, cpu_features()) != nullptr;
+    }
 #endif
     (void)t;
     (void)isa;

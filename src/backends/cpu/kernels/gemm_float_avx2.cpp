@@ -1,0 +1,190 @@
+// AVX2 packed GEMM kernels (gemm.h) for F16 and BF16 weights (block_f16x16, gemm_float.h), for
+// CPUs without AVX-512 (Haswell..Comet Lake, Zen 2/3). AVX2 has no 16-bit float arithmetic, so
+// both modes run the F32 path: the weights widen to float exactly in registers (vcvtph2ps, or a
+// shift for BF16), the activations stay float, products are exact and summed in float (what
+// precise mode computes on every CPU).
+//
+// Lanes: a 64-byte chunk holds elements 2i and 2i + 1 of the 16 rows. Its 8 rows of one half
+// (rows 8h .. 8h + 7) are two registers: F16: rows 8h..8h+3 and 8h+4..8h+7, each lane pair
+// (row, element 2i / 2i + 1), multiplied by the broadcast pair x[2i], x[2i+1] and added in
+// pairs at the end; BF16: the even and the odd elements of the 8 rows, multiplied by x[2i] and
+// x[2i+1].
+//
+// Prompts: K is cut into slabs whose activation rows (all M of them, float) stay in L2 while
+// every weight group of the task passes over them, so each weight is read from memory once and
+// each activation slab once per task; the outputs add up over the slabs. A tile call takes 4
+// activation rows x one half-group (8 weight rows: 8 accumulators). Generation (1-2 rows):
+// whole groups, prefetched, two accumulators per lane so the FMA chains are short.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/kernels/gemm_float.h"
+
+namespace kiln::cpu {
+namespace {
+
+using namespace float_gemm;
+
+constexpr int kSubRows = 4;  // activation rows of a prompt tile call
+// Activation bytes of a slab (all rows of the task, float): within the L2 of AVX2-only CPUs.
+constexpr size_t kSlabBytes = size_t{192} << 10;
+
+void act_f32(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
+    for (int64_t b = 0; b < K / kPackCols16; ++b) {
+        std::memcpy(tile + b * kF32BlockBytes + col * kF32RowBytes, x + b * kPackCols16, kF32RowBytes);
+    }
+}
+
+inline double load64(const float* p) {
+    double v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// The two registers of half h of a chunk (see the file comment).
+template <Type T>
+inline void widen_half(const uint8_t* chunk, int h, __m256& a, __m256& b) {
+    if constexpr (T == Type::F16) {
+        a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + 32 * h)));
+        b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + 32 * h + 16)));
+    } else {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * h));
+        a = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        b = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+    }
+}
+
+// The 8 row sums of half-group accumulators a, b.
+template <Type T>
+inline __m256 row_sums(__m256 a, __m256 b) {
+    if constexpr (T == Type::F16) {
+        // hadd: rows 0 1 4 5 | 2 3 6 7 (64-bit units) -> in order
+        return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_hadd_ps(a, b)), 0xD8));
+    } else {
+        return _mm256_add_ps(a, b);
+    }
+}
+
+// NC activation rows (columns c0.. of a tile) x halves H0 .. H0 + NH - 1 of one group, over
+// nblk blocks; S accumulator sets (chunks alternate between them). Writes or (add) adds
+// y[j * y_stride + 8 h].
+template <Type T, int NC, int H0, int NH, int S, bool kPrefetch>
+void tile(const uint8_t* w, int64_t nblk, const uint8_t* xt, int c0, float* y, int64_t y_stride, bool add) {
+    __m256 acc[S][NC][NH][2];
+#pragma GCC unroll 2
+    for (int s = 0; s < S; ++s) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; ++j) {
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; ++h) acc[s][j][h][0] = acc[s][j][h][1] = _mm256_setzero_ps();
+        }
+    }
+#pragma GCC unroll 1
+    for (int64_t blk = 0; blk < nblk; ++blk) {
+        const uint8_t* wb = w + blk * kWBlockBytes;
+        const uint8_t* xb = xt + blk * kF32BlockBytes;
+        if constexpr (kPrefetch) prefetch_weights<kWBlockBytes>(wb);
+#pragma GCC unroll 16
+        for (int i = 0; i < kPackCols16 / 2; ++i) {
+            const int s = i % S;
+            __m256 wa[NH], wv[NH];
+#pragma GCC unroll 2
+            for (int h = 0; h < NH; ++h) widen_half<T>(wb + 64 * i, H0 + h, wa[h], wv[h]);
+#pragma GCC unroll 4
+            for (int j = 0; j < NC; ++j) {
+                const float* xp = reinterpret_cast<const float*>(xb + (c0 + j) * kF32RowBytes) + 2 * i;
+                __m256 x0, x1;
+                if constexpr (T == Type::F16) {
+                    x0 = x1 = _mm256_castpd_ps(_mm256_set1_pd(load64(xp)));  // x[2i], x[2i+1], ...
+                } else {
+                    x0 = _mm256_set1_ps(xp[0]);
+                    x1 = _mm256_set1_ps(xp[1]);
+                }
+#pragma GCC unroll 2
+                for (int h = 0; h < NH; ++h) {
+                    acc[s][j][h][0] = _mm256_fmadd_ps(wa[h], x0, acc[s][j][h][0]);
+                    acc[s][j][h][1] = _mm256_fmadd_ps(wv[h], x1, acc[s][j][h][1]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; ++j) {
+#pragma GCC unroll 2
+        for (int h = 0; h < NH; ++h) {
+            __m256 a = acc[0][j][h][0], b = acc[0][j][h][1];
+            if constexpr (S == 2) {
+                a = _mm256_add_ps(a, acc[1][j][h][0]);
+                b = _mm256_add_ps(b, acc[1][j][h][1]);
+            }
+            float* out = y + j * y_stride + 8 * (H0 + h);
+            const __m256 v = row_sums<T>(a, b);
+            _mm256_storeu_ps(out, add ? _mm256_add_ps(_mm256_loadu_ps(out), v) : v);
+        }
+    }
+}
+
+using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, int, float*, int64_t, bool);
+
+template <Type T>
+struct Tiles {
+    // Prompts: [half][rows - 1].
+    static constexpr TileFn half[2][kSubRows] = {
+        {tile<T, 1, 0, 1, 1, false>, tile<T, 2, 0, 1, 1, false>, tile<T, 3, 0, 1, 1, false>, tile<T, 4, 0, 1, 1, false>},
+        {tile<T, 1, 1, 1, 1, false>, tile<T, 2, 1, 1, 1, false>, tile<T, 3, 1, 1, 1, false>, tile<T, 4, 1, 1, 1, false>},
+    };
+    // Generation: whole groups, prefetching.
+    static constexpr TileFn gen[2] = {tile<T, 1, 0, 2, 2, true>, tile<T, 2, 0, 2, 1, true>};
+};
+
+template <Type T>
+void gemm(const GemmTask& t) {
+    const int64_t nb = t.K / kPackCols16;
+    const size_t tile_bytes = f32_tile_bytes(t.K);
+    if (t.M <= 2) {
+        for (int64_t g = 0; g < t.n_groups; ++g) {
+            Tiles<T>::gen[t.M - 1](t.w + g * t.w_group_bytes, nb, t.x, 0, t.y + g * kPackRows, t.y_stride, false);
+        }
+        return;
+    }
+    const int64_t n_tiles = (t.M + kActTile - 1) / kActTile;
+    const int64_t slab = std::clamp<int64_t>(static_cast<int64_t>(kSlabBytes / (static_cast<size_t>(n_tiles) * kF32BlockBytes)), 1, nb);
+    for (int64_t b0 = 0; b0 < nb; b0 += slab) {
+        const int64_t nbs = std::min(slab, nb - b0);
+        for (int64_t g = 0; g < t.n_groups; ++g) {
+            const uint8_t* ws = t.w + g * t.w_group_bytes + b0 * kWBlockBytes;
+            for (int64_t m0 = 0; m0 < t.M; m0 += kActTile) {
+                const uint8_t* xs = t.x + (m0 / kActTile) * tile_bytes + b0 * kF32BlockBytes;
+                const int nc = static_cast<int>(std::min<int64_t>(kActTile, t.M - m0));
+                for (int c0 = 0; c0 < nc; c0 += kSubRows) {
+                    const int r = std::min(kSubRows, nc - c0);
+                    float* y = t.y + (m0 + c0) * t.y_stride + g * kPackRows;
+                    for (int h = 0; h < 2; ++h) Tiles<T>::half[h][r - 1](ws, nbs, xs, c0, y, t.y_stride, b0 > 0);
+                }
+            }
+        }
+    }
+}
+
+// Precise mode runs the same kernels (products exact), not residual pairs.
+constexpr PackedKernels kF16Exact{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::F16>, .tile_bytes = f32_tile_bytes};
+constexpr PackedKernels kBF16Exact{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::BF16>, .tile_bytes = f32_tile_bytes};
+constexpr PackedKernels kF16{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::F16>, .tile_bytes = f32_tile_bytes, .precise = &kF16Exact};
+constexpr PackedKernels kBF16{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::BF16>, .tile_bytes = f32_tile_bytes, .precise = &kBF16Exact};
+
+}  // namespace
+
+namespace detail {
+const PackedKernels* packed_float_avx2(Type t, const CpuFeatures& f) {
+    if (!f.avx2 || !f.fma || !f.f16c) return nullptr;
+    switch (t) {
+        case Type::F16: return &kF16;
+        case Type::BF16: return &kBF16;
+        default: return nullptr;
+    }
+}
+}  // namespace detail
+
+}  // namespace kiln::cpu
