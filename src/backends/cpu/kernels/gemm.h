@@ -171,6 +171,7 @@ namespace detail {
 // their tiles are identical (tested).
 void quantize_act_scalar(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
 #if defined(KILN_ARCH_X86)
+void quantize_act_avx2(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
 void quantize_act_avx512(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
 #endif
 const PackedKernels* packed_scalar(Type t);

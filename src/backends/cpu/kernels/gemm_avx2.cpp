@@ -195,13 +195,62 @@ void gemm(const GemmTask& t) {
     });
 }
 
-// Activation tiles from the scalar quantizer: identical bytes on every instruction set.
-constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Corr>, .gemm = gemm<true>};
-constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Corr>, .gemm = gemm<false>};
+constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Corr>, .gemm = gemm<true>};
+constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Corr>, .gemm = gemm<false>};
+
+inline float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+inline int32_t hsum8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
 
 }  // namespace
 
 namespace detail {
+
+void quantize_act_avx2(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    // 32 floats v[0..3] into column c of a tile block, rounding as the scalar reference
+    // (x * (1/d), vcvtps2dq: round to nearest even under the default MXCSR), so both write
+    // identical tiles; q[] returns the int quants for the residual.
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
+    // packs interleave the 128-bit lanes: 4-byte groups a0 b0 c0 d0 a1 b1 c1 d1 -> in order.
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    auto block = [&](const __m256 (&v)[4], uint8_t* blk, int c, __m256i (&q)[4]) {
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                       _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        const float d = hmax8(m) / 127.0f;
+        const __m256 id = _mm256_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+        for (int k = 0; k < 4; ++k) q[k] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], id)), lim), nlim);
+        const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 32 * c), _mm256_permutevar8x32_epi32(bytes, order));
+        reinterpret_cast<float*>(blk + 32 * kActTile)[c] = d;
+        write_act_aux(blk, c, kind, offset, d, hsum8(_mm256_add_epi32(q[0], q[1])), hsum8(_mm256_add_epi32(q[2], q[3])));
+        return d;
+    };
+    for (int64_t b = 0; b < K / 32; ++b) {
+        uint8_t* blk = tile + b * kActBlockBytes;
+        __m256 v[4];
+        for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 32 * b + 8 * k);
+        __m256i q[4];
+        const float d = block(v, blk, col, q);
+        if (with_resid) {
+            const __m256 vd = _mm256_set1_ps(d);
+            __m256 r[4];
+            for (int k = 0; k < 4; ++k) r[k] = _mm256_sub_ps(v[k], _mm256_mul_ps(vd, _mm256_cvtepi32_ps(q[k])));
+            block(r, blk, col + 1, q);
+        }
+    }
+}
+
 const PackedKernels* packed_avx2(Type t, const CpuFeatures& f) {
     if (!f.avx2 || !f.fma || !f.f16c) return nullptr;
     switch (t) {

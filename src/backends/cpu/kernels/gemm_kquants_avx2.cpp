@@ -304,8 +304,8 @@ void gemm(const GemmTask& t) {
 }
 
 // Activation tiles from the scalar quantizer: identical bytes on every instruction set.
-constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q4K>, .gemm = gemm<Q4K>};
-constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q6K>, .gemm = gemm<Q6K>};
+constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q4K>, .gemm = gemm<Q4K>};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q6K>, .gemm = gemm<Q6K>};
 
 }  // namespace
 
