@@ -16,12 +16,17 @@
 //    vpmaddwd of the tile's int16 pair, and ends in int->float, x activation d and an FMA
 //    with d * sc.
 // A tile call takes up to 4 activation rows x 16 weight rows (16 ymm registers: the rows' s16
-// or s32 sums of both halves, the weights and the broadcast activations), unpacking the weights
-// on the fly; generation tiles prefetch them.
+// or s32 sums of both halves, the weights and the broadcast activations). Generation tiles
+// unpack the weights on the fly and prefetch them; prompts (more than one activation tile)
+// first decode each group once per slice into bytes and float scales that every tile reads.
+// Measured (bench_gemm, one thread, Zen 3): decoding took Q4_K from 56 to 62-68 G MAC/s and
+// Q6_K from 28 to 34-36 at M = 128 / 512; kiln-bench pp128 Q4_K_M about +20% with the AVX2
+// activation quantizer.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "backends/cpu/kernels/gemm.h"
 #include "core/quant_blocks.h"
@@ -100,22 +105,25 @@ inline void q4_K_scales(const block_q4_Kx16* blk, Q4KScales& s) {
 
 // s32 sums of sub-block 2 jj + kHigh (its quants: the low or the high nibbles of sub-block pair
 // jj) against R activation rows ([row][half], one lane per weight row).
-template <int R, bool kHigh>
-inline void q4_K_sums(const block_q4_Kx16* blk, int jj, const uint8_t* xb, int c0, __m256i (&s)[R][2]) {
+// kDecoded: q points to the sub-block's decoded quants (decode_q4_K), else to the packed
+// nibbles of sub-block pair jj (blk->qs + 512 jj).
+template <int R, bool kHigh, bool kDecoded>
+inline void q4_K_sums(const uint8_t* q, const uint8_t* xb, int c0, __m256i (&s)[R][2]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const uint8_t* q = blk->qs + 512 * jj;
     __m256i s16[R][2];
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) s16[k][0] = s16[k][1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
         __m256i w0 = load256(q + 64 * c), w1 = load256(q + 64 * c + 32);
-        if constexpr (kHigh) {
-            w0 = _mm256_srli_epi16(w0, 4);
-            w1 = _mm256_srli_epi16(w1, 4);
+        if constexpr (!kDecoded) {
+            if constexpr (kHigh) {
+                w0 = _mm256_srli_epi16(w0, 4);
+                w1 = _mm256_srli_epi16(w1, 4);
+            }
+            w0 = _mm256_and_si256(w0, m4);
+            w1 = _mm256_and_si256(w1, m4);
         }
-        w0 = _mm256_and_si256(w0, m4);
-        w1 = _mm256_and_si256(w1, m4);
 #pragma GCC unroll 4
         for (int k = 0; k < R; ++k) {
             const __m256i x = bcast32(xb + 32 * (c0 + k) + 4 * c);
@@ -132,17 +140,51 @@ inline void q4_K_sums(const block_q4_Kx16* blk, int jj, const uint8_t* xb, int c
     }
 }
 
+// ---- decoded groups (prompts) ----
+// With more than one activation tile per weight pass, each 16-row group is first unpacked
+// once into 8-bit quants and float scale vectors that all the tiles read, as
+// gemm_kquants_avx512.cpp does; per super-block kDecodedBytes: 64 chunks x 2 halves of 32
+// bytes (Q4_K: sub-block j, chunk c at (8 j + c) x 64; Q6_K: activation block b, chunk c at
+// (8 b + c) x 64), then Q4_K: Q4KScales / Q6_K: d * sc [sub-block][half] x 8 rows.
+constexpr size_t kDecodedQuantBytes = 64 * 64;
+constexpr size_t kDecodedBytes = kDecodedQuantBytes + sizeof(Q4KScales);
+
+template <size_t kBlockBytes>
+inline void prefetch_ahead(const uint8_t* blk) {
+    prefetch_weights<kBlockBytes, kPrefetchBlocks * kBlockBytes>(blk);
+}
+
+void decode_q4_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t sb = 0; sb < nsb; ++sb, dst += kDecodedBytes) {
+        const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
+        prefetch_ahead<sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
+        for (int jj = 0; jj < 4; ++jj) {
+            for (int c = 0; c < 16; ++c) {  // 8 chunks x 2 halves
+                const __m256i w = load256(blk->qs + 512 * jj + 32 * c);
+                _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 64 * 8 * (2 * jj) + 32 * c), _mm256_and_si256(w, m4));
+                _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 64 * 8 * (2 * jj + 1) + 32 * c), _mm256_and_si256(_mm256_srli_epi16(w, 4), m4));
+            }
+        }
+        q4_K_scales(blk, *reinterpret_cast<Q4KScales*>(dst + kDecodedQuantBytes));
+    }
+}
+
 // One group of 16 weight rows x R activation rows (columns c0.. of a tile; R / P outputs).
-template <int R, int P, bool kPrefetch>
+// kDecoded: wg is the group decoded by decode_q4_K.
+template <int R, int P, bool kPrefetch, bool kDecoded>
 void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float* y, int64_t y_stride) {
+    static_assert(!(kPrefetch && kDecoded));
     __m256 acc[R][2];
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
-    Q4KScales sc;
+    [[maybe_unused]] Q4KScales scales;
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
-        q4_K_scales(blk, sc);
+        const uint8_t* dec = wg + sb * kDecodedBytes;
+        const Q4KScales& sc = kDecoded ? *reinterpret_cast<const Q4KScales*>(dec + kDecodedQuantBytes) : scales;
+        if constexpr (!kDecoded) q4_K_scales(blk, scales);
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
         // Sub-block j's products into the accumulators.
         auto add = [&](int j, const __m256i (&s)[R][2]) {
@@ -166,12 +208,13 @@ void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float*
             if constexpr (kPrefetch) {
                 prefetch_weights_part<sizeof(block_q4_Kx16), 8, kPrefetchBlocks * sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk), 2 * jj);
             }
-            q4_K_sums<R, false>(blk, jj, xs + 2 * jj * kActBlockBytes, c0, s);
+            const uint8_t* q = kDecoded ? dec + 64 * 8 * (2 * jj) : blk->qs + 512 * jj;
+            q4_K_sums<R, false, kDecoded>(q, xs + 2 * jj * kActBlockBytes, c0, s);
             add(2 * jj, s);
             if constexpr (kPrefetch) {
                 prefetch_weights_part<sizeof(block_q4_Kx16), 8, kPrefetchBlocks * sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk), 2 * jj + 1);
             }
-            q4_K_sums<R, true>(blk, jj, xs + (2 * jj + 1) * kActBlockBytes, c0, s);
+            q4_K_sums<R, true, kDecoded>(kDecoded ? q + 64 * 8 : q, xs + (2 * jj + 1) * kActBlockBytes, c0, s);
             add(2 * jj + 1, s);
         }
     }
@@ -196,27 +239,56 @@ inline __m256i q6_K_chunk(const block_q6_Kx16* blk, int b, int c, int h) {
 // or -32 * high: the offset of the Q6_K quants of sub-block 2b or 2b + 1.
 inline __m256i q6_K_offset(int sub) { return _mm256_set1_epi32(sub ? static_cast<int>(0xFFE00000u) : 0x0000FFE0); }
 
-template <int R, int P, bool kPrefetch>
+// d * sc of sub-block s, [s][half] x 8 rows.
+using Q6KScales = float[16][2][8];
+static_assert(sizeof(Q6KScales) == sizeof(Q4KScales));
+
+inline void q6_K_scales(const block_q6_Kx16* blk, Q6KScales& dsc) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        const __m256 d = fp16x8(blk->d + 8 * h);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+            // lane byte t of scales dword q is sub-block 4 q + t
+            const __m256i sv = load256(reinterpret_cast<const uint8_t*>(blk->scales) + 64 * q + 32 * h);
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; ++t) _mm256_store_ps(dsc[4 * q + t][h], _mm256_mul_ps(_mm256_cvtepi32_ps(lane_byte_signed(sv, t)), d));
+        }
+    }
+}
+
+void decode_q6_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
+    for (int64_t sb = 0; sb < nsb; ++sb, dst += kDecodedBytes) {
+        const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
+        prefetch_ahead<sizeof(block_q6_Kx16)>(reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
+        for (int b = 0; b < 8; ++b) {
+            for (int c = 0; c < 8; ++c) {
+                for (int h = 0; h < 2; ++h) _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 64 * (8 * b + c) + 32 * h), q6_K_chunk(blk, b, c, h));
+            }
+        }
+        q6_K_scales(blk, *reinterpret_cast<Q6KScales*>(dst + kDecodedQuantBytes));
+    }
+}
+
+// kDecoded: wg is the group decoded by decode_q6_K.
+template <int R, int P, bool kPrefetch, bool kDecoded>
 void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float* y, int64_t y_stride) {
+    static_assert(!(kPrefetch && kDecoded));
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[R][2];
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
-    alignas(32) float dsc[16][2][8];  // d * sc of sub-block s, [half] x 8 rows
+    alignas(32) Q6KScales scales;
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-            const __m256 d = fp16x8(blk->d + 8 * h);
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; ++q) {
-                // lane byte t of scales dword q is sub-block 4 q + t
-                const __m256i sv = load256(reinterpret_cast<const uint8_t*>(blk->scales) + 64 * q + 32 * h);
-#pragma GCC unroll 4
-                for (int t = 0; t < 4; ++t) _mm256_store_ps(dsc[4 * q + t][h], _mm256_mul_ps(_mm256_cvtepi32_ps(lane_byte_signed(sv, t)), d));
-            }
-        }
+        const uint8_t* dec = wg + sb * kDecodedBytes;
+        const Q6KScales& dsc = kDecoded ? *reinterpret_cast<const Q6KScales*>(dec + kDecodedQuantBytes) : scales;
+        if constexpr (!kDecoded) q6_K_scales(blk, scales);
+        auto chunk = [&](int b, int c, int h) {
+            if constexpr (kDecoded) return load256(dec + 64 * (8 * b + c) + 32 * h);
+            else return q6_K_chunk(blk, b, c, h);
+        };
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
 #pragma GCC unroll 1
         for (int b = 0; b < 8; ++b) {  // activation block b: sub-blocks 2b, 2b+1
@@ -233,8 +305,8 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float*
                 for (int k = 0; k < R; ++k) s[k][0] = s[k][1] = _mm256_madd_epi16(_mm256_set1_epi32(xsums[k]), q6_K_offset(sub));
 #pragma GCC unroll 2
                 for (int c = 4 * sub; c < 4 * sub + 4; c += 2) {  // two chunks add in s16 (at most 32004)
-                    const __m256i wa0 = q6_K_chunk(blk, b, c, 0), wa1 = q6_K_chunk(blk, b, c, 1);
-                    const __m256i wb0 = q6_K_chunk(blk, b, c + 1, 0), wb1 = q6_K_chunk(blk, b, c + 1, 1);
+                    const __m256i wa0 = chunk(b, c, 0), wa1 = chunk(b, c, 1);
+                    const __m256i wb0 = chunk(b, c + 1, 0), wb1 = chunk(b, c + 1, 1);
 #pragma GCC unroll 4
                     for (int k = 0; k < R; ++k) {
                         const __m256i xa = bcast32(xb + 32 * (c0 + k) + 4 * c), xb2 = bcast32(xb + 32 * (c0 + k) + 4 * c + 4);
@@ -263,49 +335,63 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float*
 
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, int, float*, int64_t);
 
-template <template <int, int, bool> class T>
+template <template <int, int, bool, bool> class T>
 struct Tiles {
     // [pairs - 1][rows - 1]; odd row counts do not occur with pairs.
     static constexpr TileFn sub[2][kSubRows] = {
-        {T<1, 1, false>::f, T<2, 1, false>::f, T<3, 1, false>::f, T<4, 1, false>::f},
-        {nullptr, T<2, 2, false>::f, nullptr, T<4, 2, false>::f},
+        {T<1, 1, false, false>::f, T<2, 1, false, false>::f, T<3, 1, false, false>::f, T<4, 1, false, false>::f},
+        {nullptr, T<2, 2, false, false>::f, nullptr, T<4, 2, false, false>::f},
+    };
+    // Over a decoded group (prompts).
+    static constexpr TileFn decoded[2][kSubRows] = {
+        {T<1, 1, false, true>::f, T<2, 1, false, true>::f, T<3, 1, false, true>::f, T<4, 1, false, true>::f},
+        {nullptr, T<2, 2, false, true>::f, nullptr, T<4, 2, false, true>::f},
     };
     // Generation (a tile of at most 2 rows): prefetching.
     static constexpr TileFn gen[2][2] = {
-        {T<1, 1, true>::f, T<2, 1, true>::f},
-        {nullptr, T<2, 2, true>::f},
+        {T<1, 1, true, false>::f, T<2, 1, true, false>::f},
+        {nullptr, T<2, 2, true, false>::f},
     };
 };
-template <int R, int P, bool kPrefetch>
+template <int R, int P, bool kPrefetch, bool kDecoded>
 struct Q4K {
-    static constexpr TileFn f = tile_q4_K<R, P, kPrefetch>;
+    static constexpr TileFn f = tile_q4_K<R, P, kPrefetch, kDecoded>;
 };
-template <int R, int P, bool kPrefetch>
+template <int R, int P, bool kPrefetch, bool kDecoded>
 struct Q6K {
-    static constexpr TileFn f = tile_q6_K<R, P, kPrefetch>;
+    static constexpr TileFn f = tile_q6_K<R, P, kPrefetch, kDecoded>;
 };
 
-template <template <int, int, bool> class T>
+template <template <int, int, bool, bool> class T, void (*kDecode)(const uint8_t*, int64_t, uint8_t*)>
 void gemm(const GemmTask& t) {
     const int64_t nsb = t.K / QK_K;
     const size_t tile_bytes = act_tile_bytes(t.K);
-    for_each_packed_tile(t, kSliceBytes, [&](const uint8_t* wg, int64_t g, int64_t r0, int nc, bool /*first*/) {
+    // More than one activation tile: each group is decoded once per slice (a few % of the
+    // work) and the tiles run over the decoded form.
+    struct alignas(64) Line {
+        uint8_t b[64];
+    };
+    const bool decode = t.M * t.pairs > kActTile;
+    std::unique_ptr<Line[]> dec(decode ? new Line[static_cast<size_t>(nsb) * kDecodedBytes / 64] : nullptr);  // uninitialised
+    uint8_t* decoded = dec ? dec[0].b : nullptr;
+    for_each_packed_tile(t, kSliceBytes, [&](const uint8_t* wg, int64_t g, int64_t r0, int nc, bool first) {
         const uint8_t* xt = t.x + (r0 / kActTile) * tile_bytes;
         float* y = t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows;
-        if (nc <= 2) {
+        if (nc <= 2 && !decoded) {
             Tiles<T>::gen[t.pairs - 1][nc - 1](wg, nsb, xt, 0, y, t.y_stride);
             return;
         }
+        if (decoded && first) kDecode(wg, nsb, decoded);
         for (int c0 = 0; c0 < nc; c0 += kSubRows) {
             const int r = std::min(kSubRows, nc - c0);
-            Tiles<T>::sub[t.pairs - 1][r - 1](wg, nsb, xt, c0, y + (c0 / t.pairs) * t.y_stride, t.y_stride);
+            if (decoded) Tiles<T>::decoded[t.pairs - 1][r - 1](decoded, nsb, xt, c0, y + (c0 / t.pairs) * t.y_stride, t.y_stride);
+            else Tiles<T>::sub[t.pairs - 1][r - 1](wg, nsb, xt, c0, y + (c0 / t.pairs) * t.y_stride, t.y_stride);
         }
     });
 }
 
-// Activation tiles from the scalar quantizer: identical bytes on every instruction set.
-constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q4K>, .gemm = gemm<Q4K>};
-constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q6K>, .gemm = gemm<Q6K>};
+constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q4K>, .gemm = gemm<Q4K, decode_q4_K>};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q6K>, .gemm = gemm<Q6K, decode_q6_K>};
 
 }  // namespace
 
