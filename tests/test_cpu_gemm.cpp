@@ -147,8 +147,8 @@ TEST_P(PackedGemm, MatchesDoubleReferenceOnEveryIsa) {
     for (int64_t K : test_ks(t, {32, 160, 2048})) {
         const int64_t N = 48;
         const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K));
-        // 33 rows: the AVX2 float kernels cut K into slabs
-        for (int64_t M : {1, 2, 3, 8, 9, 17, 33}) {
+        // 33 rows: the AVX2 float kernels cut K into slabs; 200: and the rows into 3 chunks
+        for (int64_t M : {1, 2, 3, 8, 9, 17, 33, 200}) {
             const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 31 + K));
             for (bool precise : {false, true}) {
                 const std::vector<float> ref_isa = run_gemm(t, Isa::Scalar, w, x, K, N, M, precise);

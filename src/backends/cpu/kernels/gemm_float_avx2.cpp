@@ -10,14 +10,14 @@
 // 8h+4, 8h+5 and the other four. Both are multiplied by the broadcast pair x[2i], x[2i+1] and
 // the pairs added at the end (widen_half, row_sums).
 //
-// Prompts: K is cut into slabs whose activation rows (all M of them, float) stay in L2 while
-// every weight group of the task passes over them, so each weight is read from memory once and
-// each activation slab once per task; the outputs add up over the slabs. A tile call takes 6
+// Prompts: the rows are taken in chunks (at most 192: their activations of one slab, 192 KiB,
+// stay in L2), and K in slabs of 8 blocks; each group's slab is widened to float once and stays in L1 while the
+// chunk's rows pass over it, the outputs adding up over the slabs (see gemm). A tile call takes 6
 // activation rows x one half-group (8 weight rows: 12 accumulators); measured (bench_gemm,
 // M = 128, one thread, Zen 3) against 4 rows: F16 22.3 -> 29-33 G MAC/s, BF16 (then two broadcasts
 // per pair, 4 rows) 16.9 -> 30; the weights of a slab are widened once per group (decode_slab):
-// another +7-8% in alternated runs. Generation (1-2 rows): whole groups, prefetched, two accumulators per lane so the
-// FMA chains are short.
+// another +7-8% in alternated runs. Generation (1-2 rows): whole groups, prefetched, two
+// accumulators per lane so the FMA chains are short.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -33,8 +33,6 @@ namespace {
 
 using namespace float_gemm;
 
-// Activation bytes of a slab (all rows of the task, float): within the L2 of AVX2-only CPUs.
-constexpr size_t kSlabBytes = size_t{192} << 10;
 
 void act_f32(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
     for (int64_t b = 0; b < K / kPackCols16; ++b) {
@@ -131,8 +129,9 @@ void tile(const uint8_t* w, int64_t nblk, const uint8_t* xt, int c0, float* y, i
 // step i at h x 1024 + i x 64, the two registers of widen_half), which every tile then loads:
 // vcvtph2ps per 6 rows took about a fifth of the FMA pipes' slots.
 constexpr size_t kDecodedBlockBytes = 2 * kWBlockBytes;
-// Decoded slabs stay in L2 with the activation slab.
-constexpr int64_t kMaxSlabBlocks = 32;
+// Decoded slabs (16 KiB) stay in L1 while the chunk's rows pass (4 blocks measured alike).
+constexpr int64_t kSlabBlocks = 8;
+constexpr int64_t kMaxChunkRows = 192;  // see gemm
 
 template <Type T>
 void decode_slab(const uint8_t* w, int64_t nblk, uint8_t* dst) {
@@ -218,26 +217,35 @@ void gemm(const GemmTask& t) {
         return;
     }
     constexpr int R = kPromptRows<T>;
-    const int64_t n_tiles = (t.M + kActTile - 1) / kActTile;
-    const int64_t slab = std::clamp<int64_t>(static_cast<int64_t>(kSlabBytes / (static_cast<size_t>(n_tiles) * kF32BlockBytes)), 1, std::min(nb, kMaxSlabBlocks));
+    // Slabs of kSlabBlocks (256 elements) whose decoded weights stay in L1 while the rows of a
+    // chunk (at most kMaxChunkRows, evenly split) pass, their activations from L2. Earlier
+    // slabs sized to keep all M rows in L2 were 3 blocks at pp512 and the outputs, added up
+    // once per slab, took more memory traffic than the weights: F16 pp512 ran at 2/3 of
+    // pp128. Measured (kiln-bench, 1b F16, alternated runs, Zen 3): pp128 51-56 -> 56-62,
+    // pp512 40-42 -> 42-55; per chunk the weights stream once more, which costs less.
+    const int64_t n_chunks = (t.M + kMaxChunkRows - 1) / kMaxChunkRows;
+    const int64_t chunk = (t.M + n_chunks - 1) / n_chunks;
+    const int64_t slab = std::min(nb, kSlabBlocks);
     struct alignas(64) Line {
         uint8_t b[64];
     };
     const std::unique_ptr<Line[]> dec(new Line[static_cast<size_t>(slab) * kDecodedBlockBytes / 64]);  // uninitialised
-    for (int64_t b0 = 0; b0 < nb; b0 += slab) {
-        const int64_t nbs = std::min(slab, nb - b0);
-        for (int64_t g = 0; g < t.n_groups; ++g) {
-            decode_slab<T>(t.w + g * t.w_group_bytes + b0 * kWBlockBytes, nbs, dec[0].b);
-            const uint8_t* ws = dec[0].b;
-            for (int64_t m0 = 0; m0 < t.M; m0 += R) {
-                const int r = static_cast<int>(std::min<int64_t>(R, t.M - m0));
-                const uint8_t* x[R];
-                for (int j = 0; j < r; ++j) {
-                    const int64_t m = m0 + j;
-                    x[j] = t.x + (m / kActTile) * tile_bytes + b0 * kF32BlockBytes + (m % kActTile) * kF32RowBytes;
+    for (int64_t c0 = 0; c0 < t.M; c0 += chunk) {
+        const int64_t c1 = std::min(t.M, c0 + chunk);
+        for (int64_t b0 = 0; b0 < nb; b0 += slab) {
+            const int64_t nbs = std::min(slab, nb - b0);
+            for (int64_t g = 0; g < t.n_groups; ++g) {
+                decode_slab<T>(t.w + g * t.w_group_bytes + b0 * kWBlockBytes, nbs, dec[0].b);
+                for (int64_t m0 = c0; m0 < c1; m0 += R) {
+                    const int r = static_cast<int>(std::min<int64_t>(R, c1 - m0));
+                    const uint8_t* x[R];
+                    for (int j = 0; j < r; ++j) {
+                        const int64_t m = m0 + j;
+                        x[j] = t.x + (m / kActTile) * tile_bytes + b0 * kF32BlockBytes + (m % kActTile) * kF32RowBytes;
+                    }
+                    float* y = t.y + m0 * t.y_stride + g * kPackRows;
+                    for (int h = 0; h < 2; ++h) kRowsFns<T>[h][r - 1](dec[0].b, nbs, x, y, t.y_stride, b0 > 0);
                 }
-                float* y = t.y + m0 * t.y_stride + g * kPackRows;
-                for (int h = 0; h < 2; ++h) kRowsFns<T>[h][r - 1](ws, nbs, x, y, t.y_stride, b0 > 0);
             }
         }
     }
