@@ -10,7 +10,7 @@
 // 8h+4, 8h+5 and the other four. Both are multiplied by the broadcast pair x[2i], x[2i+1] and
 // the pairs added at the end (widen_half, row_sums).
 //
-// Prompts: the rows are taken in chunks (at most 192: their activations of one slab, 192 KiB,
+// Prompts: the rows are taken in chunks (at most 96: their activations of one slab, 96 KiB,
 // stay in L2), and K in slabs of 8 blocks; each group's slab is widened to float once and stays in L1 while the
 // chunk's rows pass over it, the outputs adding up over the slabs (see gemm). A tile call takes 6
 // activation rows x one half-group (8 weight rows: 12 accumulators); measured (bench_gemm,
@@ -131,7 +131,7 @@ void tile(const uint8_t* w, int64_t nblk, const uint8_t* xt, int c0, float* y, i
 constexpr size_t kDecodedBlockBytes = 2 * kWBlockBytes;
 // Decoded slabs (16 KiB) stay in L1 while the chunk's rows pass (4 blocks measured alike).
 constexpr int64_t kSlabBlocks = 8;
-constexpr int64_t kMaxChunkRows = 192;  // see gemm
+constexpr int64_t kMaxChunkRows = 96;  // see gemm (192 measured alike, within the noise)
 
 template <Type T>
 void decode_slab(const uint8_t* w, int64_t nblk, uint8_t* dst) {
