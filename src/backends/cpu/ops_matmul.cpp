@@ -135,6 +135,9 @@ void mul_mat_packed(const Tensor& t, ComputeContext& ctx) {
 void op_mul_mat(const Tensor& t, ComputeContext& ctx) {
     const Tensor& w = *t.src[0];
     const Tensor& x = *t.src[1];
+    // No rows (a ubatch none of whose positions wants logits): nothing to compute, and the
+    // packed kernels take M >= 1. Every thread sees the same M, so none waits at a barrier.
+    if (x.nrows() == 0) return;
     if (w.layout == Layout::Packed16) {
         mul_mat_packed(t, ctx);
         return;

@@ -66,7 +66,7 @@ struct GemmTask {
     size_t w_group_bytes = 0;    // bytes per group of kPackRows rows
     int64_t n_groups = 0;        // groups to compute
     const uint8_t* x = nullptr;  // activation tiles (act_tile_bytes(K) apart)
-    int64_t M = 0;               // output rows; activation rows are M * pairs
+    int64_t M = 0;               // output rows (>= 1: op_mul_mat skips empty products); activation rows are M * pairs
     int pairs = 1;               // 2: activation rows 2m and 2m+1 (a row and its residual) add into output m
     float* y = nullptr;          // output m, weight row n (relative to the first group): y[m * y_stride + n]
     int64_t y_stride = 0;        // floats
