@@ -1,6 +1,8 @@
 // Micro-benchmark of the packed GEMM kernels (backends/cpu/kernels/gemm.h), single
 // thread: weight type x activation rows M (1 = generation, 2 = precise generation,
-// 128 = a prompt ubatch) on a 2048 x 5632 matrix (the 1.1B model's FFN).
+// 128 = a prompt ubatch) on a 2048 x 5632 matrix (the 1.1B model's FFN). With dram:1 the
+// iterations cycle over copies of the matrix (512 MiB in all), so the weights stream from
+// memory as in generation, not from the last-level cache.
 // Reported: items_per_second = multiply-adds per second (x2 for FLOP/s), and
 // bytes_per_second = weight bytes streamed per second.
 //   bench_gemm --benchmark_filter='q4_0/M:1'
@@ -21,16 +23,18 @@ using kiln::Type;
 void BM_PackedGemm(benchmark::State& state, Type t) {
     const int64_t K = 2048, N = 5632, M = state.range(0);
     const bool precise = state.range(1) != 0;
+    const bool dram = state.range(2) != 0;
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     // One quantized row, tiled (speed does not depend on the values).
     std::vector<float> f(K);
     for (auto& v : f) v = nd(rng);
     const size_t rb = kiln::row_size(t, K);
-    std::vector<uint8_t> row(rb), rows(rb * N), packed(rb * N);
+    const size_t copies = dram ? (size_t{512} << 20) / (rb * N) + 1 : 1;
+    std::vector<uint8_t> row(rb), rows(rb * N), packed(rb * N * copies);
     kiln::quantize(t, f.data(), row.data(), 1, K);
     for (int64_t n = 0; n < N; ++n) std::copy(row.begin(), row.end(), rows.begin() + n * rb);
-    kiln::pack_rows(t, rows.data(), rb, packed.data(), K, N);
+    for (size_t c = 0; c < copies; ++c) kiln::pack_rows(t, rows.data(), rb, packed.data() + c * rb * N, K, N);
     // The kernels and activation format of the mode (F16/BF16: BF16 fast, F32 precise).
     const kiln::cpu::PackedPlan plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t), K, precise);
     const auto& pk = *plan.k;
@@ -44,9 +48,12 @@ void BM_PackedGemm(benchmark::State& state, Type t) {
                         static_cast<int>(a % kiln::cpu::kActTile), pairs == 2);
     }
     std::vector<float> y(N * M);
-    const kiln::cpu::GemmTask task{.K = K, .w = packed.data(), .w_group_bytes = rb * kiln::kPackRows, .n_groups = N / kiln::kPackRows,
+    kiln::cpu::GemmTask task{.K = K, .w = packed.data(), .w_group_bytes = rb * kiln::kPackRows, .n_groups = N / kiln::kPackRows,
                                    .x = xq.data(), .M = M, .pairs = pairs, .y = y.data(), .y_stride = N};
+    size_t copy = 0;
     for (auto _ : state) {
+        task.w = packed.data() + copy * rb * N;
+        copy = (copy + 1) % copies;
         pk.gemm(task);
         benchmark::DoNotOptimize(y.data());
     }
@@ -55,17 +62,19 @@ void BM_PackedGemm(benchmark::State& state, Type t) {
 }
 
 void args(benchmark::internal::Benchmark* b) {
-    b->ArgNames({"M", "precise"});
-    for (int64_t m : {1, 2, 8, 128, 512}) b->Args({m, 0});
-    b->Args({1, 1});
+    b->ArgNames({"M", "precise", "dram"});
+    for (int64_t m : {1, 2, 8, 128, 512}) b->Args({m, 0, 0});
+    b->Args({1, 1, 0});
+    b->Args({1, 1, 1});
 }
 
 // F16/BF16: both modes at every size (precise = F32 products, fast = BF16).
 void float_args(benchmark::internal::Benchmark* b) {
-    b->ArgNames({"M", "precise"});
+    b->ArgNames({"M", "precise", "dram"});
     for (int64_t p : {0, 1}) {
-        for (int64_t m : {1, 2, 8, 128}) b->Args({m, p});
+        for (int64_t m : {1, 2, 8, 128}) b->Args({m, p, 0});
     }
+    b->Args({1, 1, 1});
 }
 
 BENCHMARK_CAPTURE(BM_PackedGemm, q4_0, Type::Q4_0)->Apply(args);
