@@ -97,6 +97,16 @@ std::vector<float> run_gemm(Type t, Isa isa, const Weights& w, const std::vector
     return run_kernels(*kiln::cpu::packed_kernels(t, isa), t, w, x, K, N, M, precise);
 }
 
+// The scalar kernels that compute what `isa`'s kernels compute. For F16/BF16 weights the scalar
+// fast mode follows this CPU's float_gemm::fast_path (BF16 or FP16 products where the CPU has
+// AVX-512 BF16 or FP16); the AVX2 float kernels have only the F32 path (AVX2 has no 16-bit
+// float arithmetic), so their mirror is the scalar F32 path whatever the CPU.
+const kiln::cpu::PackedKernels& scalar_mirror(Type t, Isa isa) {
+    namespace fg = kiln::cpu::float_gemm;
+    if ((t == Type::F16 || t == Type::BF16) && isa == Isa::Avx2) return *fg::detail::float_scalar(t, fg::FastPath::F32);
+    return *kiln::cpu::packed_kernels(t, Isa::Scalar);
+}
+
 double rel_error(const std::vector<float>& got, const std::vector<double>& ref) {
     double err = 0, norm = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
@@ -151,8 +161,8 @@ TEST_P(PackedGemm, MatchesDoubleReferenceOnEveryIsa) {
         for (int64_t M : {1, 2, 3, 8, 9, 17, 33, 200}) {
             const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 31 + K));
             for (bool precise : {false, true}) {
-                const std::vector<float> ref_isa = run_gemm(t, Isa::Scalar, w, x, K, N, M, precise);
                 for (Isa isa : packed_isas(t)) {
+                    const std::vector<float> ref_isa = run_kernels(scalar_mirror(t, isa), t, w, x, K, N, M, precise);
                     const std::vector<float> y = isa == Isa::Scalar ? ref_isa : run_gemm(t, isa, w, x, K, N, M, precise);
                     double err = 0, err_isa = 0, norm = 0;
                     for (int64_t m = 0; m < M; ++m) {
@@ -180,13 +190,12 @@ TEST_P(PackedGemm, ActivationQuantizationIsIdenticalAcrossIsas) {
     const int64_t K = 256;
     const std::vector<float> x = make_acts(K, 1, 5);
     for (bool precise : {false, true}) {
-        const auto plan_s = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t, Isa::Scalar), K, precise);
-        const size_t tb = plan_s.tile_bytes;
-        std::vector<uint8_t> ref(tb, 0), got(tb, 0);
-        const auto& pks = *plan_s.k;
-        for (int col : {0, 2, 6}) pks.quantize_act(x.data(), K, pks.offset, ref.data(), col, plan_s.pairs == 2);
         for (Isa isa : packed_isas(t)) {
-            std::fill(got.begin(), got.end(), 0);
+            const auto plan_s = kiln::cpu::packed_plan(scalar_mirror(t, isa), K, precise);
+            const size_t tb = plan_s.tile_bytes;
+            std::vector<uint8_t> ref(tb, 0), got(tb, 0);
+            const auto& pks = *plan_s.k;
+            for (int col : {0, 2, 6}) pks.quantize_act(x.data(), K, pks.offset, ref.data(), col, plan_s.pairs == 2);
             const auto plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t, isa), K, precise);
             ASSERT_EQ(plan.tile_bytes, tb);
             for (int col : {0, 2, 6}) plan.k->quantize_act(x.data(), K, plan.k->offset, got.data(), col, plan.pairs == 2);
