@@ -100,7 +100,9 @@ inline bool bit(unsigned v, int b) { return (v >> b) & 1u; }
 
 Detected detect() {
     Detected d;
-    const unsigned max_leaf = cpuid(0, 0).eax;
+    const Regs l0 = cpuid(0, 0);
+    const unsigned max_leaf = l0.eax;
+    d.f.amd = l0.ebx == 0x68747541u && l0.edx == 0x69746e65u && l0.ecx == 0x444d4163u;  // "AuthenticAMD"
     if (max_leaf < 1) return d;
     const Regs l1 = cpuid(1, 0);
     const bool osxsave = bit(l1.ecx, 27);

@@ -109,14 +109,26 @@ inline size_t packed_act_bytes(const PackedKernels& pk, int64_t K, int64_t rows,
 // allow: one thread streaming 300 MiB through the precise q4_0 generation tile read at 83% of a
 // plain read with the L1 prefetch alone and at 90-100% with both (L1 1-4 KiB, L2 8-24 KiB
 // ahead all measured alike); kiln-bench tg32 on the 1b Q4_0 model, alternated runs: +8%.
+// On AMD Zen 4 the L1 requests cost more than they bring (its own L1 prefetcher follows the
+// stream): one thread streaming 512 MiB (bench_gemm M:1/precise:1/dram:1, alternated, GB/s,
+// both -> L2 only) q8_0 13.0-16.8 -> 16.5-17.5, f16 15.1-15.3 -> 15.5-17.0, bf16 17.4-18.2 ->
+// 17.7-19.9, q4_0 alike; kiln-bench tg32, 3 pairs: Q4_0 39.6-45.8 -> 40.0-56.9, Q8_0 20.1-22.4
+// -> 20.3-25.4, F16 12.7-13.8 -> 13.3-16.3; pp128 alike. Measured on Intel (above) the L1
+// requests helped, so prefetch_weights asks for L1 only off AMD (weights_prefetch_l1).
 constexpr size_t kPrefetchL1Bytes = 4096;
 constexpr size_t kPrefetchL2Bytes = 16384;
-// Prefetches the kBytes of weights at p from kL1Ahead (L1) and kPrefetchL2Bytes (L2) ahead.
+inline bool weights_prefetch_l1() {
+    static const bool on = !cpu_features().amd;  // constant for the process
+    return on;
+}
+// Prefetches the kBytes of weights at p from kL1Ahead (L1, see weights_prefetch_l1) and
+// kPrefetchL2Bytes (L2) ahead.
 template <size_t kBytes, size_t kL1Ahead = kPrefetchL1Bytes>
 inline void prefetch_weights(const uint8_t* p) {
+    const bool l1 = weights_prefetch_l1();
 #pragma GCC unroll 64
     for (size_t off = 0; off < kBytes; off += 64) {
-        prefetch_l1(p + kL1Ahead + off);
+        if (l1) prefetch_l1(p + kL1Ahead + off);
         prefetch_l2(p + std::max(kPrefetchL2Bytes, 2 * kL1Ahead) + off);
     }
 }
