@@ -8,7 +8,13 @@
 //   bench_gemm --benchmark_filter='q4_0/M:1'
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
+#include <memory>
 #include <random>
+#include <span>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #include <vector>
 
 #include "backends/cpu/kernels/gemm.h"
@@ -31,7 +37,14 @@ void BM_PackedGemm(benchmark::State& state, Type t) {
     for (auto& v : f) v = nd(rng);
     const size_t rb = kiln::row_size(t, K);
     const size_t copies = dram ? (size_t{512} << 20) / (rb * N) + 1 : 1;
-    std::vector<uint8_t> row(rb), rows(rb * N), packed(rb * N * copies);
+    std::vector<uint8_t> row(rb), rows(rb * N);
+    // Huge pages where the system gives them, as the model's packed weights (Model::pack_weights) get.
+    const size_t packed_bytes = (rb * N * copies + (size_t{2} << 20) - 1) & ~((size_t{2} << 20) - 1);
+    std::unique_ptr<uint8_t, decltype(&std::free)> packed_mem(static_cast<uint8_t*>(std::aligned_alloc(size_t{2} << 20, packed_bytes)), &std::free);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    (void)madvise(packed_mem.get(), packed_bytes, MADV_HUGEPAGE);
+#endif
+    std::span<uint8_t> packed(packed_mem.get(), packed_bytes);
     kiln::quantize(t, f.data(), row.data(), 1, K);
     for (int64_t n = 0; n < N; ++n) std::copy(row.begin(), row.end(), rows.begin() + n * rb);
     for (size_t c = 0; c < copies; ++c) kiln::pack_rows(t, rows.data(), rb, packed.data() + c * rb * N, K, N);

@@ -121,6 +121,16 @@ inline bool weights_prefetch_l1() {
     static const bool on = !cpu_features().amd;  // constant for the process
     return on;
 }
+// F16/BF16 weights (the float tiles of gemm_float_*.cpp) stream without software requests on
+// AMD: Zen 4's hardware prefetchers follow that stream alone, and the requests only took fill
+// buffers from it. kiln-bench tg32 on the 1b F16 model, 2 threads, 3 alternated pairs (t/s,
+// with -> without): AVX-512 13.2-14.5 -> 17.4-19.8, AVX2 kernels (KILN_CPU=avx2) 13.8-14.3 ->
+// 15.5-20.5. The q4_0/q8_0 and K-quant tiles still need theirs there (without: Q8_0 tg32 26-32
+// -> 11 t/s, Q4_K_M 41-50 -> 27-31).
+inline bool float_weights_prefetch() {
+    static const bool on = !cpu_features().amd;  // constant for the process
+    return on;
+}
 // Prefetches the kBytes of weights at p from kL1Ahead (L1, see weights_prefetch_l1) and
 // kPrefetchL2Bytes (L2) ahead.
 template <size_t kBytes, size_t kL1Ahead = kPrefetchL1Bytes>

@@ -90,7 +90,7 @@ void tile(const uint8_t* w, int64_t nblk, const uint8_t* xt, int c0, float* y, i
     for (int64_t blk = 0; blk < nblk; ++blk) {
         const uint8_t* wb = w + blk * kWBlockBytes;
         const uint8_t* xb = xt + blk * kF32BlockBytes;
-        if constexpr (kPrefetch) prefetch_weights<kWBlockBytes>(wb);
+        if (kPrefetch && float_weights_prefetch()) prefetch_weights<kWBlockBytes>(wb);  // gemm.h
 #pragma GCC unroll 16
         for (int i = 0; i < kPackCols16 / 2; ++i) {
             const int s = i % S;

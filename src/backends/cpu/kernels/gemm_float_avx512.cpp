@@ -96,8 +96,10 @@ void act_f32(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
 
 constexpr int64_t kSlab = 8;             // blocks of 32 columns per converted slab (2 x 8 KiB)
 
-// Single-tile kernels stream the weights from memory (gemm.h).
-inline void prefetch_block(const uint8_t* p) { prefetch_weights<kWBlockBytes>(p); }
+// Single-tile kernels stream the weights from memory (gemm.h; not on AMD, float_weights_prefetch).
+inline void prefetch_block(const uint8_t* p) {
+    if (float_weights_prefetch()) prefetch_weights<kWBlockBytes>(p);
+}
 
 // ---- fast (BF16) ----
 
