@@ -91,9 +91,10 @@ inline __m512 load16(const uint8_t* row, int64_t d, __mmask16 m) {
 
 // ---- gemm: tiles of up to 8 rows x 32 columns (16 accumulators) -----------------------------------
 
-template <int RB, int CB, Type T>
-void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride, int64_t j0, int64_t b_cols,
+template <int RB, int CB, Type T, int64_t LDA>
+void gemm_tile(int64_t K, const float* A, int64_t lda_rt, const uint8_t* B, size_t b_stride, int64_t j0, int64_t b_cols,
                float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
+    const int64_t lda = LDA ? LDA : lda_rt;
     PrefetchRows prefetch(pf);
     __mmask16 m[CB];
     KILN_UNROLL
@@ -130,11 +131,11 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t 
 
 using TileFn = void (*)(int64_t, const float*, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t,
                         const float*, const AttnPrefetch*);
-template <Type T, int RB>
-constexpr TileFn kTilesOfRows[2] = {gemm_tile<RB, 1, T>, gemm_tile<RB, 2, T>};
-template <Type T>
-constexpr const TileFn* kTiles[8] = {kTilesOfRows<T, 1>, kTilesOfRows<T, 2>, kTilesOfRows<T, 3>, kTilesOfRows<T, 4>,
-                                     kTilesOfRows<T, 5>, kTilesOfRows<T, 6>, kTilesOfRows<T, 7>, kTilesOfRows<T, 8>};
+template <Type T, int RB, int64_t LDA>
+constexpr TileFn kTilesOfRows[2] = {gemm_tile<RB, 1, T, LDA>, gemm_tile<RB, 2, T, LDA>};
+template <Type T, int64_t LDA = 0>
+constexpr const TileFn* kTiles[8] = {kTilesOfRows<T, 1, LDA>, kTilesOfRows<T, 2, LDA>, kTilesOfRows<T, 3, LDA>, kTilesOfRows<T, 4, LDA>,
+                                     kTilesOfRows<T, 5, LDA>, kTilesOfRows<T, 6, LDA>, kTilesOfRows<T, 7, LDA>, kTilesOfRows<T, 8, LDA>};
 
 // The first tile issues the prefetches (its loop over K runs while the rest of B is read).
 template <Type T>
@@ -144,7 +145,8 @@ void gemm_t(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const 
         const int64_t cb = std::min<int64_t>(2, (N - j) / 16);
         for (int64_t r = 0; r < M; r += 8) {
             const int64_t rb = std::min<int64_t>(8, M - r);
-            kTiles<T>[rb - 1][cb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc,
+            const TileFn* const* tiles = lda == 64 ? kTiles<T, 64> : lda == 128 ? kTiles<T, 128> : kTiles<T>;
+            tiles[rb - 1][cb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc,
                                       beta ? beta + r : nullptr, j == 0 && r == 0 ? pf : nullptr);
         }
     }
