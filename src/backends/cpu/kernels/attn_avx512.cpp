@@ -91,6 +91,12 @@ inline __m512 load16(const uint8_t* row, int64_t d, __mmask16 m) {
 
 // ---- gemm: tiles of up to 8 rows x 32 columns (16 accumulators) -----------------------------------
 
+// LDA: A's row stride when it is a constant (0: lda_rt). The attention's A operands are Q (stride
+// hd) and the score tile (stride bk), 64 or 128 floats in the common shapes; with a constant the 8
+// broadcasts of a step address one base register with fixed offsets. With a run-time stride GCC
+// kept 8 row pointers, some of them in vector registers moved back for every step (the tile of
+// generation at 4096 keys, bench_kernels attn_tg1_kv4096/f16/k_panels/avx512/t1, alternated:
+// 498-512 -> 475-486 us on Zen 4).
 template <int RB, int CB, Type T, int64_t LDA>
 void gemm_tile(int64_t K, const float* A, int64_t lda_rt, const uint8_t* B, size_t b_stride, int64_t j0, int64_t b_cols,
                float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
@@ -146,8 +152,8 @@ void gemm_t(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const 
         for (int64_t r = 0; r < M; r += 8) {
             const int64_t rb = std::min<int64_t>(8, M - r);
             const TileFn* const* tiles = lda == 64 ? kTiles<T, 64> : lda == 128 ? kTiles<T, 128> : kTiles<T>;
-            tiles[rb - 1][cb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc,
-                                      beta ? beta + r : nullptr, j == 0 && r == 0 ? pf : nullptr);
+            tiles[rb - 1][cb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc, beta ? beta + r : nullptr,
+                                  j == 0 && r == 0 ? pf : nullptr);
         }
     }
 }
