@@ -62,7 +62,8 @@ int run(int argc, char** argv) {
                                         .warmup = !opts.no_warmup,
                                         .use_mmap = !opts.no_mmap,
                                         .repack = !opts.no_repack,
-                                        .verbose = opts.verbose});
+                                        .verbose = opts.verbose,
+                                        .row_probe_mib = opts.bandwidth ? opts.bandwidth_mib : 0});
     std::vector<std::string> errors;
     for (const std::string& path : opts.models) runner.run_model(path, tests, report.results, errors);
     kb::print_report(stdout, opts.output, report);

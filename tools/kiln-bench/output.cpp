@@ -48,6 +48,14 @@ const PeakProbe* row_peak(const Report& rep, const Result& r) {
     return p && p->total_gops > 0 ? p : nullptr;
 }
 
+// What a generation row's "% bw" is judged against: its own probes (taken just before and after the
+// test) where it has them, else the run's probe; 0: neither.
+double row_bandwidth(const Report& rep, const Result& r) {
+    if (r.row_bandwidth_gibs > 0) return r.row_bandwidth_gibs;
+    const Bandwidth* bw = bandwidth_for(rep, r.n_threads);
+    return bw ? bw->best_gibs : 0;
+}
+
 // Every field of a row, in output order (CSV columns, JSON keys).
 std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Result& r) {
     const bool gen = r.test.kind != TestKind::Prompt;
@@ -86,7 +94,8 @@ std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Resul
         {"effective_gibs", gen_only(r.effective_gibs())},
         {"bandwidth_gibs", bw ? Value::real(bw->best_gibs) : Value::null()},
         {"bandwidth_median_gibs", bw ? Value::real(bw->median_gibs) : Value::null()},
-        {"bandwidth_pct", bw && gen && bw->best_gibs > 0 ? Value::real(100.0 * r.effective_gibs() / bw->best_gibs) : Value::null()},
+        {"row_bandwidth_gibs", gen && r.row_bandwidth_gibs > 0 ? Value::real(r.row_bandwidth_gibs) : Value::null()},
+        {"bandwidth_pct", gen && row_bandwidth(rep, r) > 0 ? Value::real(100.0 * r.effective_gibs() / row_bandwidth(rep, r)) : Value::null()},
         {"matmul_ops_per_token", r.model.matmul_weights ? Value::real(r.model.matmul_ops_per_token()) : Value::null()},
         {"ops_per_token", ops ? Value::real(r.ops_per_token) : Value::null()},
         {"gops", ops ? Value::real(r.gops()) : Value::null()},
@@ -271,11 +280,17 @@ void print_markdown(FILE* out, const Report& rep) {
         cols.push_back({"GiB/s", true, [](const Report&, const Result& r) {
                             return r.test.kind == TestKind::Prompt ? std::string() : fmt("%.2f", r.effective_gibs());
                         }});
+        if (any([](const Result& r) { return r.row_bandwidth_gibs > 0; })) {
+            cols.push_back({"probe GiB/s", true, [](const Report&, const Result& r) {
+                                return r.test.kind == TestKind::Prompt || r.row_bandwidth_gibs <= 0 ? std::string()
+                                                                                                     : fmt("%.2f", r.row_bandwidth_gibs);
+                            }});
+        }
         if (!rep.bandwidth.empty()) {
             cols.push_back({"% bw", true, [](const Report& p, const Result& r) {
-                                const Bandwidth* bw = bandwidth_for(p, r.n_threads);
-                                if (r.test.kind == TestKind::Prompt || !bw || bw->best_gibs <= 0) return std::string();
-                                return fmt("%.1f", 100.0 * r.effective_gibs() / bw->best_gibs);
+                                const double bw = row_bandwidth(p, r);
+                                if (r.test.kind == TestKind::Prompt || bw <= 0) return std::string();
+                                return fmt("%.1f", 100.0 * r.effective_gibs() / bw);
                             }});
         }
     }

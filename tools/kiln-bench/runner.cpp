@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <utility>
 
 #include "../common/cli_common.h"
 #include "core/types.h"
@@ -340,10 +341,22 @@ void Runner::run_model(const std::string& path, const std::vector<Test>& tests, 
                  info.type.c_str(), kt::mib(info.size), static_cast<double>(info.n_params) / 1e6, info.matmul_ops_per_token() / 1e9);
     if (opts_.verbose) std::fprintf(stderr, "kiln-bench:   %s\n", kt::describe_model(model.get()).c_str());
     bool warned_rss = false;
+    // The probes' buffer is freed before each test resets the peak resident size; where it cannot be
+    // reset, the lifetime peak would include it, so there are no row probes.
+    const int32_t row_probe_mib = reset_peak_rss() ? opts_.row_probe_mib : 0;
+    // Three passes (after the warm-up one): the same reader as the run's probe, about 0.5 s a probe.
+    auto probe = [&](int32_t threads) {
+        return measure_bandwidth(BandwidthOptions{.bytes = static_cast<size_t>(row_probe_mib) << 20, .threads = threads, .passes = 3})
+            .best_gibs;
+    };
     for (const Test& t : tests) {
         std::fprintf(stderr, "kiln-bench: %s: %s, %d threads ...\n", info.filename.c_str(), t.name().c_str(), t.n_threads);
         try {
-            results.push_back(run_test(model.get(), info, t, opts_, warned_rss));
+            const bool row_probe = row_probe_mib > 0 && t.kind != TestKind::Prompt;
+            const double before = row_probe ? probe(t.n_threads) : 0;
+            Result r = run_test(model.get(), info, t, opts_, warned_rss);
+            if (row_probe) r.row_bandwidth_gibs = std::max(before, probe(r.n_threads));
+            results.push_back(std::move(r));
         } catch (const std::exception& e) {
             const std::string msg = path + ": " + t.name() + ": " + e.what();
             errors.push_back(msg);

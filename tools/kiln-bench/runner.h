@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bandwidth.h"
 #include "compute_peak.h"
 #include "options.h"
 
@@ -48,6 +49,10 @@ struct Result {
     // Prompt tests (0 otherwise): weight matmul operations per timed token, the output projection
     // counted only for the rows that asked for logits (the last of each -b chunk).
     double ops_per_token = 0;
+    // Generation and batched tests with --bandwidth: the faster of two probes run just before and just
+    // after the test (0: none). On a shared VM the memory's rate moved by up to 2x within a minute, so
+    // one probe at the start of a run judged later rows against another machine.
+    double row_bandwidth_gibs = 0;
 
     double bytes_per_token() const { return weight_bytes_per_token + kv_bytes_per_token; }
     std::vector<double> samples_ts() const;  // tokens per second of each repetition
@@ -71,6 +76,9 @@ struct RunnerOptions {
     bool use_mmap = true;
     bool repack = true;
     bool verbose = false;
+    // > 0: generation and batched tests get their own bandwidth probes (Result::row_bandwidth_gibs)
+    // reading this many MiB.
+    int32_t row_probe_mib = 0;
 };
 
 class Runner {
