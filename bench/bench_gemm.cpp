@@ -39,8 +39,14 @@ void BM_PackedGemm(benchmark::State& state, Type t) {
     const size_t copies = dram ? (size_t{512} << 20) / (rb * N) + 1 : 1;
     std::vector<uint8_t> row(rb), rows(rb * N);
     // Huge pages where the system gives them, as the model's packed weights (Model::pack_weights) get.
-    const size_t packed_bytes = (rb * N * copies + (size_t{2} << 20) - 1) & ~((size_t{2} << 20) - 1);
-    std::unique_ptr<uint8_t, decltype(&std::free)> packed_mem(static_cast<uint8_t*>(std::aligned_alloc(size_t{2} << 20, packed_bytes)), &std::free);
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t packed_bytes = (rb * N * copies + kHuge - 1) / kHuge * kHuge;
+    std::unique_ptr<uint8_t, decltype(&std::free)> packed_mem(static_cast<uint8_t*>(std::aligned_alloc(kHuge, packed_bytes)),
+                                                              &std::free);
+    if (!packed_mem) {
+        state.SkipWithError("cannot allocate the weight copies");
+        return;
+    }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     (void)madvise(packed_mem.get(), packed_bytes, MADV_HUGEPAGE);
 #endif

@@ -95,7 +95,8 @@ std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Resul
         {"bandwidth_gibs", bw ? Value::real(bw->best_gibs) : Value::null()},
         {"bandwidth_median_gibs", bw ? Value::real(bw->median_gibs) : Value::null()},
         {"row_bandwidth_gibs", gen && r.row_bandwidth_gibs > 0 ? Value::real(r.row_bandwidth_gibs) : Value::null()},
-        {"bandwidth_pct", gen && row_bandwidth(rep, r) > 0 ? Value::real(100.0 * r.effective_gibs() / row_bandwidth(rep, r)) : Value::null()},
+        {"bandwidth_pct", gen && row_bandwidth(rep, r) > 0 ? Value::real(100.0 * r.effective_gibs() / row_bandwidth(rep, r))
+                                                           : Value::null()},
         {"matmul_ops_per_token", r.model.matmul_weights ? Value::real(r.model.matmul_ops_per_token()) : Value::null()},
         {"ops_per_token", ops ? Value::real(r.ops_per_token) : Value::null()},
         {"gops", ops ? Value::real(r.gops()) : Value::null()},
