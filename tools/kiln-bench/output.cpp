@@ -60,6 +60,7 @@ double row_bandwidth(const Report& rep, const Result& r) {
 std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Result& r) {
     const bool gen = r.test.kind != TestKind::Prompt;
     const Bandwidth* bw = bandwidth_for(rep, r.n_threads);
+    const double row_bw = gen ? row_bandwidth(rep, r) : 0;
     const double wkv = static_cast<double>(r.model.size + r.kv_bytes);
     auto gen_only = [&](double v) { return gen ? Value::real(v) : Value::null(); };
     const bool ops = !gen && r.model.matmul_weights > 0;
@@ -95,8 +96,7 @@ std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Resul
         {"bandwidth_gibs", bw ? Value::real(bw->best_gibs) : Value::null()},
         {"bandwidth_median_gibs", bw ? Value::real(bw->median_gibs) : Value::null()},
         {"row_bandwidth_gibs", gen && r.row_bandwidth_gibs > 0 ? Value::real(r.row_bandwidth_gibs) : Value::null()},
-        {"bandwidth_pct", gen && row_bandwidth(rep, r) > 0 ? Value::real(100.0 * r.effective_gibs() / row_bandwidth(rep, r))
-                                                           : Value::null()},
+        {"bandwidth_pct", row_bw > 0 ? Value::real(100.0 * r.effective_gibs() / row_bw) : Value::null()},
         {"matmul_ops_per_token", r.model.matmul_weights ? Value::real(r.model.matmul_ops_per_token()) : Value::null()},
         {"ops_per_token", ops ? Value::real(r.ops_per_token) : Value::null()},
         {"gops", ops ? Value::real(r.gops()) : Value::null()},

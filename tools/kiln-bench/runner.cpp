@@ -355,7 +355,7 @@ void Runner::run_model(const std::string& path, const std::vector<Test>& tests, 
             const bool row_probe = row_probe_mib > 0 && t.kind != TestKind::Prompt;
             const double before = row_probe ? probe(t.n_threads) : 0;
             Result r = run_test(model.get(), info, t, opts_, warned_rss);
-            if (row_probe) r.row_bandwidth_gibs = std::max(before, probe(r.n_threads));
+            if (row_probe) r.row_bandwidth_gibs = std::max(before, probe(t.n_threads));
             results.push_back(std::move(r));
         } catch (const std::exception& e) {
             const std::string msg = path + ": " + t.name() + ": " + e.what();

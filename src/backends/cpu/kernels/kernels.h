@@ -36,7 +36,7 @@ struct CpuFeatures {
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
     bool gfni = false;  // vgf2p8affineqb (with AVX-512: on 512-bit registers)
     bool neon = false, dotprod = false, i8mm = false;
-    bool amd = false;  // vendor AuthenticAMD (tuning only: prefetch_weights, kernels/gemm.h)
+    bool amd = false;  // vendor AuthenticAMD (tuning only: prefetch_weights and float_weights_prefetch, kernels/gemm.h)
 };
 const CpuFeatures& cpu_features();
 
