@@ -93,6 +93,7 @@ void float_args(benchmark::internal::Benchmark* b) {
     for (int64_t p : {0, 1}) {
         for (int64_t m : {1, 2, 8, 128}) b->Args({m, p, 0});
     }
+    b->Args({512, 0, 0});
     b->Args({1, 1, 1});
 }
 

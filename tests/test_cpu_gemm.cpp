@@ -216,7 +216,8 @@ TEST(PackedGemmFloat, EveryFastPathMatchesItsReference) {
 #if defined(KILN_ARCH_X86)
             if (kiln::cpu::isa_supported(Isa::Avx512)) simd.push_back(fg::detail::float_avx512(t, p, kiln::cpu::cpu_features()));
 #endif
-            for (int64_t K : {160, 1024}) {
+            // 800: 25 blocks, i.e. three slabs of 8 and one of 1 (gemm_fast, gemm_half)
+            for (int64_t K : {160, 800, 1024}) {
                 const int64_t N = 48;
                 const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K + 3));
                 // Half, 400 rows of 1024: more than one L2 slice of activations (gemm_half)

@@ -7,9 +7,10 @@
 // are rounded to BF16 (vcvtph2ps + vcvtne2ps2bf16) once per 64-byte chunk:
 //   - one activation tile (M <= 8, generation in fast mode): in registers, straight from
 //     memory;
-//   - more (prompt processing): a slab of kSlab blocks of two groups is converted into a
-//     16 KiB buffer that stays in L1 and is reused by every activation tile, so the
-//     conversion costs ~1/(M/8) of what it would per tile.
+//   - more (prompt processing): a slab of kSlab blocks of two groups is converted by the
+//     first activation tile into a 16 KiB buffer that stays in L1 and is reused by the
+//     other tiles, so the conversion costs ~1/(M/8) of what it would per tile; the next
+//     slab is brought into L2 meanwhile (prefetch_slab).
 // The register tile is 2 groups x 8 activation rows (16 accumulators): every broadcast
 // feeds two vdpbf16ps, every weight load eight.
 //
@@ -103,16 +104,31 @@ inline void prefetch_block(const uint8_t* p) {
 
 // ---- fast (BF16) ----
 
-// NG groups (wg_stride bytes apart, BF16 unless kCvt: F16) x NC activation rows of one
-// BF16 tile, over nblk blocks of 32 columns. Writes y[j * y_stride + 16 g + r], or adds to
-// it (add: a later slab of the same outputs).
-template <bool kCvt, bool kPrefetch, int NG, int NC>
-void fast_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const uint8_t* xt, float* y, int64_t y_stride, bool add) {
-    __m512 acc[NG][NC];
-#pragma GCC unroll 16
-    for (int g = 0; g < NG; ++g) {
+// Where a fast tile's weights come from: BF16 as stored (BF16 weights, or a converted slab),
+// F16 rounded to BF16 in registers, or that and also kept (written to a slab buffer for the
+// slab's other tiles: the conversion then overlaps this tile's dot products, which use other
+// execution ports, instead of running as a loop of its own before them).
+enum class WSrc { Bf16, F16, F16Keep };
+
+// NG groups (wg_stride bytes apart) x NC activation rows of one BF16 tile, over nblk blocks
+// of 32 columns. Writes y[j * y_stride + 16 g + r], or adds to it (add: a later slab of the
+// same outputs). F16Keep: group g's converted blocks go to keep + g * kKeepStride.
+// One group gets two accumulator sets (alternate steps): 8 dependency chains of vdpbf16ps
+// leave the dot-product ports idle part of the time (a single group is what a thread takes
+// when it helps another finish, work_regions.h).
+constexpr size_t kKeepStride = kSlab * kWBlockBytes;
+template <WSrc kSrc, bool kPrefetch, int NG, int NC>
+void fast_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const uint8_t* xt, float* y, int64_t y_stride, bool add,
+               uint8_t* keep) {
+    constexpr int S = NG == 1 ? 2 : 1;
+    __m512 acc[S][NG][NC];
+#pragma GCC unroll 2
+    for (int s = 0; s < S; ++s) {
+#pragma GCC unroll 2
+        for (int g = 0; g < NG; ++g) {
 #pragma GCC unroll 8
-        for (int j = 0; j < NC; ++j) acc[g][j] = _mm512_setzero_ps();
+            for (int j = 0; j < NC; ++j) acc[s][g][j] = _mm512_setzero_ps();
+        }
     }
 #pragma GCC unroll 1
     for (int64_t b = 0; b < nblk; ++b) {
@@ -128,17 +144,18 @@ void fast_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const uint8_t* 
 #pragma GCC unroll 2
             for (int g = 0; g < NG; ++g) {
                 const uint8_t* p = wb + g * wg_stride + 64 * i;
-                if constexpr (kCvt) {
-                    wv[g] = f16_chunk_to_bf16(p);
-                } else {
+                if constexpr (kSrc == WSrc::Bf16) {
                     wv[g] = as_bh(_mm512_loadu_si512(p));
+                } else {
+                    wv[g] = f16_chunk_to_bf16(p);
+                    if constexpr (kSrc == WSrc::F16Keep) _mm512_store_si512(keep + g * kKeepStride + b * kWBlockBytes + 64 * i, as_si(wv[g]));
                 }
             }
 #pragma GCC unroll 8
             for (int j = 0; j < NC; ++j) {
                 const __m512bh xv = as_bh(_mm512_set1_epi32(load32(xb + j * kBf16RowBytes + 4 * i)));
 #pragma GCC unroll 2
-                for (int g = 0; g < NG; ++g) acc[g][j] = _mm512_dpbf16_ps(acc[g][j], wv[g], xv);
+                for (int g = 0; g < NG; ++g) acc[i % S][g][j] = _mm512_dpbf16_ps(acc[i % S][g][j], wv[g], xv);
             }
         }
     }
@@ -146,57 +163,93 @@ void fast_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const uint8_t* 
     for (int g = 0; g < NG; ++g) {
 #pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) {
+            __m512 v = acc[0][g][j];
+            if constexpr (S == 2) v = _mm512_add_ps(v, acc[S - 1][g][j]);
             float* out = y + j * y_stride + g * kPackRows;
-            _mm512_storeu_ps(out, add ? _mm512_add_ps(_mm512_loadu_ps(out), acc[g][j]) : acc[g][j]);
+            _mm512_storeu_ps(out, add ? _mm512_add_ps(_mm512_loadu_ps(out), v) : v);
         }
     }
 }
 
-using FastFn = void (*)(const uint8_t*, size_t, int64_t, const uint8_t*, float*, int64_t, bool);
+using FastFn = void (*)(const uint8_t*, size_t, int64_t, const uint8_t*, float*, int64_t, bool, uint8_t*);
 
-template <bool kCvt, bool kPrefetch>
+template <WSrc kSrc, bool kPrefetch>
 struct FastTiles {
     template <int NG>
-    static constexpr FastFn row[kActTile] = {fast_tile<kCvt, kPrefetch, NG, 1>, fast_tile<kCvt, kPrefetch, NG, 2>,
-                                             fast_tile<kCvt, kPrefetch, NG, 3>, fast_tile<kCvt, kPrefetch, NG, 4>,
-                                             fast_tile<kCvt, kPrefetch, NG, 5>, fast_tile<kCvt, kPrefetch, NG, 6>,
-                                             fast_tile<kCvt, kPrefetch, NG, 7>, fast_tile<kCvt, kPrefetch, NG, 8>};
+    static constexpr FastFn row[kActTile] = {fast_tile<kSrc, kPrefetch, NG, 1>, fast_tile<kSrc, kPrefetch, NG, 2>,
+                                             fast_tile<kSrc, kPrefetch, NG, 3>, fast_tile<kSrc, kPrefetch, NG, 4>,
+                                             fast_tile<kSrc, kPrefetch, NG, 5>, fast_tile<kSrc, kPrefetch, NG, 6>,
+                                             fast_tile<kSrc, kPrefetch, NG, 7>, fast_tile<kSrc, kPrefetch, NG, 8>};
     static FastFn get(int ng, int nc) { return ng == 2 ? row<2>[nc - 1] : row<1>[nc - 1]; }
 };
+
+// The slab that a prompt's loop over (pairs of groups, slabs of kSlab blocks) takes after
+// the one of groups g (ng of them), blocks b0..: the rest of these groups, or the next
+// pair's first; none (ng 0) after the task's last.
+struct NextSlab {
+    const uint8_t* w = nullptr;
+    int ng = 0;
+    int64_t nbs = 0;
+};
+inline NextSlab next_slab(const GemmTask& t, int64_t g, int ng, int64_t b0, int64_t nb) {
+    if (b0 + kSlab < nb) return {t.w + g * t.w_group_bytes + (b0 + kSlab) * kWBlockBytes, ng, std::min(kSlab, nb - b0 - kSlab)};
+    const int ng_next = static_cast<int>(std::clamp<int64_t>(t.n_groups - g - 2, 0, 2));
+    if (ng_next == 0) return {};
+    return {t.w + (g + 2) * t.w_group_bytes, ng_next, std::min(kSlab, nb)};
+}
+
+// Brings part `part` of `parts` of slab s into L2: spread over the tiles of the slab before
+// it, so that s is in L2 when its turn comes, without a burst of requests. Without it the
+// first tile of each slab (F16: the one that converts it) waits on every line from L3 or
+// memory: F16 pp128 +14-19% on Zen 5 (kiln-bench, 3 alternated pairs).
+inline void prefetch_slab(const NextSlab& s, size_t wg_stride, int64_t part, int64_t parts) {
+    const int64_t lines = s.nbs * static_cast<int64_t>(kWBlockBytes / 64);
+    const int64_t l0 = lines * part / parts, l1 = lines * (part + 1) / parts;
+    for (int gi = 0; gi < s.ng; ++gi) {
+        for (int64_t l = l0; l < l1; ++l) prefetch_l2(s.w + gi * wg_stride + 64 * l);
+    }
+}
 
 template <Type T>
 void gemm_fast(const GemmTask& t) {
     constexpr bool kF16 = T == Type::F16;
     const int64_t nb = t.K / kPackCols16;
     const size_t tile_bytes = bf16_tile_bytes(t.K);
-    const bool one_tile = t.M <= kActTile;
-    alignas(64) uint8_t buf[2][kSlab * kWBlockBytes];  // F16 slabs converted to BF16
+    if (t.M <= kActTile) {  // generation: weights stream from memory once, converted in registers
+        for (int64_t g = 0; g < t.n_groups; g += 2) {
+            const int ng = static_cast<int>(std::min<int64_t>(2, t.n_groups - g));
+            FastTiles<kF16 ? WSrc::F16 : WSrc::Bf16, true>::get(ng, static_cast<int>(t.M))(
+                t.w + g * t.w_group_bytes, t.w_group_bytes, nb, t.x, t.y + g * kPackRows, t.y_stride, false, nullptr);
+        }
+        return;
+    }
+    // Prompts: each slab of two groups' blocks is read from memory by its first tile (F16:
+    // and converted, once, for the rest) and stays in L1 for the slab's other tiles. The
+    // activations are not taken in L2-sized slices (as the q8 kernels' are): the slab
+    // conversion would then be shared by fewer tiles, and one thread measured no gain at
+    // M = 512 (bench_gemm, Zen 5), the activations streaming from L3 fast enough.
+    alignas(64) uint8_t buf[2 * kKeepStride];  // the slab converted to BF16 (F16 weights)
+    const int64_t n_tiles = (t.M + kActTile - 1) / kActTile;
     for (int64_t g = 0; g < t.n_groups; g += 2) {
         const int ng = static_cast<int>(std::min<int64_t>(2, t.n_groups - g));
         const uint8_t* wg = t.w + g * t.w_group_bytes;
         float* yg = t.y + g * kPackRows;
-        if (one_tile) {  // generation: weights stream from memory once, converted in registers
-            FastTiles<kF16, true>::get(ng, static_cast<int>(t.M))(wg, t.w_group_bytes, nb, t.x, yg, t.y_stride, false);
-            continue;
-        }
         for (int64_t b0 = 0; b0 < nb; b0 += kSlab) {
             const int64_t nbs = std::min(kSlab, nb - b0);
-            const uint8_t* ws = wg + b0 * kWBlockBytes;
-            size_t ws_stride = t.w_group_bytes;
-            if constexpr (kF16) {
-                for (int gi = 0; gi < ng; ++gi) {
-                    const uint8_t* src = ws + gi * t.w_group_bytes;
-                    for (int64_t c = 0; c < nbs * kPackCols16 / 2; ++c) {
-                        _mm512_store_si512(buf[gi] + 64 * c, as_si(f16_chunk_to_bf16(src + 64 * c)));
-                    }
-                }
-                ws = buf[0];
-                ws_stride = sizeof buf[0];
-            }
+            const NextSlab next = next_slab(t, g, ng, b0, nb);
             for (int64_t m0 = 0; m0 < t.M; m0 += kActTile) {
                 const int nc = static_cast<int>(std::min<int64_t>(kActTile, t.M - m0));
-                FastTiles<false, false>::get(ng, nc)(ws, ws_stride, nbs, t.x + (m0 / kActTile) * tile_bytes + b0 * kBf16BlockBytes,
-                                                     yg + m0 * t.y_stride, t.y_stride, b0 > 0);
+                const int64_t tile = m0 / kActTile;
+                prefetch_slab(next, t.w_group_bytes, tile, n_tiles);
+                const uint8_t* xt = t.x + tile * tile_bytes + b0 * kBf16BlockBytes;
+                float* yt = yg + m0 * t.y_stride;
+                if (!kF16) {
+                    FastTiles<WSrc::Bf16, false>::get(ng, nc)(wg + b0 * kWBlockBytes, t.w_group_bytes, nbs, xt, yt, t.y_stride, b0 > 0, nullptr);
+                } else if (m0 == 0) {
+                    FastTiles<WSrc::F16Keep, false>::get(ng, nc)(wg + b0 * kWBlockBytes, t.w_group_bytes, nbs, xt, yt, t.y_stride, b0 > 0, buf);
+                } else {
+                    FastTiles<WSrc::Bf16, false>::get(ng, nc)(buf, kKeepStride, nbs, xt, yt, t.y_stride, b0 > 0, nullptr);
+                }
             }
         }
     }
@@ -330,8 +383,11 @@ void gemm_half(const GemmTask& t) {
             const uint8_t* wg = t.w + g * t.w_group_bytes;
             for (int64_t b0 = 0; b0 < nb; b0 += kSlab) {
                 const int64_t nbs = std::min(kSlab, nb - b0);
+                const NextSlab next = next_slab(t, g, ng, b0, nb);
+                const int64_t n_tiles = (s1 - s0 + kActTile - 1) / kActTile;
                 for (int64_t m0 = s0; m0 < s1; m0 += kActTile) {
                     const int nc = static_cast<int>(std::min<int64_t>(kActTile, s1 - m0));
+                    prefetch_slab(next, t.w_group_bytes, (m0 - s0) / kActTile, n_tiles);
                     HalfTiles<false>::get(ng, nc)(wg + b0 * kWBlockBytes, t.w_group_bytes, nbs,
                                                   t.x + (m0 / kActTile) * tile_bytes + b0 * kBf16BlockBytes, inv(m0),
                                                   t.y + m0 * t.y_stride + g * kPackRows, t.y_stride, b0 > 0);
