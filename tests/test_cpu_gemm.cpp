@@ -272,6 +272,42 @@ TEST(PackedGemmQ4_0, GfniTilesMatchShiftTilesExactly) {
         }
     }
 }
+
+// The wide tiles (two weight groups per tile, gemm_wide; chosen on Zen 5) against the
+// one-group tiles: the same integer sums added in the same order, so identical bits. Every
+// CPU with AVX-512 VNNI runs both here, whichever packed_kernels picks for it. N = 80: five
+// groups, split 2 + 3 by run_kernels, so pairs and an odd last group; M below kWideMinRows
+// (gemm_wide hands it to the one-group path) and above, with partial tiles.
+TEST(PackedGemmWide, MatchesOneGroupTilesExactly) {
+    if (!kiln::cpu::isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 VNNI here";
+    for (Type t : {Type::Q4_0, Type::Q8_0}) {
+        for (bool gfni : {false, true}) {
+            if (gfni && (t != Type::Q4_0 || !kiln::cpu::cpu_features().gfni)) continue;
+            kiln::cpu::CpuFeatures f = kiln::cpu::cpu_features();
+            f.gfni = gfni;
+            f.zen5 = false;
+            const kiln::cpu::PackedKernels* one = kiln::cpu::detail::packed_avx512(t, f);
+            f.zen5 = true;
+            const kiln::cpu::PackedKernels* wide = kiln::cpu::detail::packed_avx512(t, f);
+            ASSERT_NE(one, nullptr);
+            ASSERT_NE(one, wide);
+            for (int64_t K : {32, 96, 2048}) {
+                const int64_t N = 80;
+                const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K + 13));
+                for (int64_t M : {1, 9, 37, 64, 70, 133}) {
+                    const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 3 + K));
+                    for (bool precise : {false, true}) {
+                        const std::vector<float> a = run_kernels(*one, t, w, x, K, N, M, precise);
+                        const std::vector<float> b = run_kernels(*wide, t, w, x, K, N, M, precise);
+                        ASSERT_EQ(a.size(), b.size());
+                        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+                            << kiln::type_name(t) << " gfni " << gfni << " K " << K << " M " << M << " precise " << precise;
+                    }
+                }
+            }
+        }
+    }
+}
 #endif
 
 // The 16-bit float layouts pack blocks of 32 columns.

@@ -105,6 +105,10 @@ Detected detect() {
     d.f.amd = l0.ebx == 0x68747541u && l0.edx == 0x69746e65u && l0.ecx == 0x444d4163u;  // "AuthenticAMD"
     if (max_leaf < 1) return d;
     const Regs l1 = cpuid(1, 0);
+    // Family: the base field, plus the extended one when the base reads 0Fh (AMD's Zen 5 is 1Ah).
+    const unsigned base_family = (l1.eax >> 8) & 0xF;
+    const unsigned family = base_family == 0xF ? base_family + ((l1.eax >> 20) & 0xFF) : base_family;
+    d.f.zen5 = d.f.amd && family >= 0x1A;
     const bool osxsave = bit(l1.ecx, 27);
     const bool avx = bit(l1.ecx, 28);
     if (!osxsave || !avx) return d;

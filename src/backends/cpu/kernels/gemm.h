@@ -220,8 +220,8 @@ void quantize_act_as(const float* x, int64_t K, int32_t offset, uint8_t* tile, i
 #if defined(KILN_ARCH_X86)
 const PackedKernels* packed_avx512(Type t, const CpuFeatures& f);
 // The q4_0 kernels of packed_avx512 with GFNI unpacking (gemm_avx512gfni.cpp); packed_avx512
-// returns them where the features say GFNI.
-const PackedKernels* packed_q4_0_avx512gfni();
+// returns them where the features say GFNI (wide: with gemm_wide, where they say zen5).
+const PackedKernels* packed_q4_0_avx512gfni(bool wide = false);
 // Q4_0 / Q8_0 weights on AVX2 + FMA + F16C (gemm_avx2.cpp).
 const PackedKernels* packed_avx2(Type t, const CpuFeatures& f);
 #endif

@@ -17,6 +17,9 @@ struct ShiftUnpack {
 
 constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm<true, ShiftUnpack>};
 constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm<false, ShiftUnpack>};
+// The same with two weight groups per tile in prompts (gemm_wide; CPUs where CpuFeatures::zen5).
+constexpr PackedKernels kQ4_0Wide{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_wide<true, ShiftUnpack>};
+constexpr PackedKernels kQ8_0Wide{.offset = 128, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_wide<false, ShiftUnpack>};
 
 }  // namespace
 
@@ -56,8 +59,8 @@ void quantize_act_avx512(ActAux kind, const float* x, int64_t K, int32_t offset,
 const PackedKernels* packed_avx512(Type t, const CpuFeatures& f) {
     if (!f.avx512vnni) return nullptr;
     switch (t) {
-        case Type::Q4_0: return f.gfni ? packed_q4_0_avx512gfni() : &kQ4_0;
-        case Type::Q8_0: return &kQ8_0;
+        case Type::Q4_0: return f.gfni ? packed_q4_0_avx512gfni(f.zen5) : f.zen5 ? &kQ4_0Wide : &kQ4_0;
+        case Type::Q8_0: return f.zen5 ? &kQ8_0Wide : &kQ8_0;
         default: return nullptr;
     }
 }

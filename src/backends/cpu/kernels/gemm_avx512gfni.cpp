@@ -19,11 +19,12 @@ struct GfniUnpack {
 };
 
 constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm<true, GfniUnpack>};
+constexpr PackedKernels kQ4_0Wide{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_wide<true, GfniUnpack>};
 
 }  // namespace
 
 namespace detail {
-const PackedKernels* packed_q4_0_avx512gfni() { return &kQ4_0; }
+const PackedKernels* packed_q4_0_avx512gfni(bool wide) { return wide ? &kQ4_0Wide : &kQ4_0; }
 }  // namespace detail
 
 }  // namespace kiln::cpu

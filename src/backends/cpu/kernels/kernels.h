@@ -37,6 +37,7 @@ struct CpuFeatures {
     bool gfni = false;  // vgf2p8affineqb (with AVX-512: on 512-bit registers)
     bool neon = false, dotprod = false, i8mm = false;
     bool amd = false;  // vendor AuthenticAMD (tuning only: prefetch_weights and float_weights_prefetch, kernels/gemm.h)
+    bool zen5 = false;  // AMD family 1Ah or later (Zen 5; tuning only: gemm_wide, kernels/gemm_avx512_tiles.h)
 };
 const CpuFeatures& cpu_features();
 
