@@ -175,17 +175,18 @@ inline void prefetch_weights_part(const uint8_t* p, int part) {
 
 // The loop of the q8-tile kernels: activation tiles are re-read for every weight group, so
 // they are taken in slices of about slice_bytes that stay in L2, and the weights stream once
-// per slice. Calls tile(wg, g, r0, nc, first) for every group g (at wg) and tile of nc rows
-// starting at activation row r0; first: the slice's first tile, i.e. the one whose reads
-// bring the group in from memory.
+// per slice. Calls tile(wg, g, r0, nc, first) for every group_step-th group g (at wg; a tile
+// over two groups takes g and g + 1, where g + 1 < t.n_groups) and tile of nc rows starting at
+// activation row r0; first: the slice's first tile, i.e. the one whose reads bring the group
+// in from memory.
 template <class TileCall>
-void for_each_packed_tile(const GemmTask& t, size_t slice_bytes, TileCall&& tile) {
+void for_each_packed_tile(const GemmTask& t, size_t slice_bytes, TileCall&& tile, int group_step = 1) {
     const int64_t rows = t.M * t.pairs;
     const size_t tile_bytes = act_tile_bytes(t.K);
     const int64_t slice = std::max<int64_t>(1, static_cast<int64_t>(slice_bytes / tile_bytes)) * kActTile;
     for (int64_t s0 = 0; s0 < rows; s0 += slice) {
         const int64_t s1 = std::min(rows, s0 + slice);
-        for (int64_t g = 0; g < t.n_groups; ++g) {
+        for (int64_t g = 0; g < t.n_groups; g += group_step) {
             const uint8_t* wg = t.w + g * t.w_group_bytes;
             for (int64_t r0 = s0; r0 < s1; r0 += kActTile) {
                 tile(wg, g, r0, static_cast<int>(std::min<int64_t>(kActTile, s1 - r0)), r0 == s0);

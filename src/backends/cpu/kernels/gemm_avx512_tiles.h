@@ -249,6 +249,7 @@ constexpr int kWideRows = kQ4 ? 4 : 8;
 template <bool kQ4, class Unpack, bool kPf>
 struct WideTiles {
     static constexpr int NB = kQ4 ? 2 : 1;
+    // Calls never take more than kWideRows rows: those entries are null (and not instantiated).
     template <int NC, int P>
     static constexpr WideFn f = NC <= kWideRows<kQ4> ? tile_wide<kQ4, Unpack, (NC <= kWideRows<kQ4> ? NC : 1), NB, P, kPf> : nullptr;
     // [pairs - 1][rows - 1]; odd row counts do not occur with pairs.
@@ -258,8 +259,8 @@ struct WideTiles {
     };
 };
 
-// gemm with the wide tiles for prompts and batches: groups in pairs (an odd last one takes the one-group tile), the
-// activations in the same L2 slices as gemm's.
+// gemm with the wide tiles from kWideMinRows activation rows: groups in pairs (an odd last
+// one takes the one-group tile), the activations in the same L2 slices as gemm's.
 template <bool kQ4, class Unpack>
 void gemm_wide(const GemmTask& t) {
     // Few tiles (generation, batched decoding): the weights stream from memory for little reuse,
@@ -272,31 +273,22 @@ void gemm_wide(const GemmTask& t) {
     }
     const int64_t nb = t.K / 32;
     const size_t tile_bytes = act_tile_bytes(t.K);
-    const int64_t rows = t.M * t.pairs;
-    const int64_t slice = std::max<int64_t>(1, static_cast<int64_t>((size_t{1} << 20) / tile_bytes)) * kActTile;
     constexpr int kRows = kWideRows<kQ4>;
-    for (int64_t s0 = 0; s0 < rows; s0 += slice) {
-        const int64_t s1 = std::min(rows, s0 + slice);
-        for (int64_t g = 0; g < t.n_groups; g += 2) {
-            const uint8_t* wg = t.w + g * t.w_group_bytes;
-            float* yg = t.y + g * kPackRows;
-            for (int64_t r0 = s0; r0 < s1; r0 += kActTile) {
-                const int nc = static_cast<int>(std::min<int64_t>(kActTile, s1 - r0));
-                const uint8_t* xt = t.x + (r0 / kActTile) * tile_bytes;
-                if (g + 1 == t.n_groups) {  // an odd group left
-                    const TileFn fn = r0 == s0 ? Tiles<kQ4, Unpack, true>::fn[t.pairs - 1][nc - 1] : Tiles<kQ4, Unpack, false>::fn[t.pairs - 1][nc - 1];
-                    fn(wg, nb, xt, yg + (r0 / t.pairs) * t.y_stride, t.y_stride);
-                    continue;
-                }
-                for (int j0 = 0; j0 < nc; j0 += kRows) {
-                    const int n = std::min(kRows, nc - j0);
-                    const bool first = r0 == s0 && j0 == 0;  // the call that reads the groups from memory
-                    const WideFn fn = first ? WideTiles<kQ4, Unpack, true>::fn[t.pairs - 1][n - 1] : WideTiles<kQ4, Unpack, false>::fn[t.pairs - 1][n - 1];
-                    fn(wg, t.w_group_bytes, nb, xt, j0, yg + ((r0 + j0) / t.pairs) * t.y_stride, t.y_stride);
-                }
-            }
+    auto tiles = [&](const uint8_t* wg, int64_t g, int64_t r0, int nc, bool first) {
+        const uint8_t* xt = t.x + (r0 / kActTile) * tile_bytes;
+        float* yg = t.y + g * kPackRows;
+        if (g + 1 == t.n_groups) {  // an odd group left
+            const TileFn fn = first ? Tiles<kQ4, Unpack, true>::fn[t.pairs - 1][nc - 1] : Tiles<kQ4, Unpack, false>::fn[t.pairs - 1][nc - 1];
+            fn(wg, nb, xt, yg + (r0 / t.pairs) * t.y_stride, t.y_stride);
+            return;
         }
-    }
+        for (int j0 = 0; j0 < nc; j0 += kRows) {
+            const int n = std::min(kRows, nc - j0);
+            const WideFn fn = first && j0 == 0 ? WideTiles<kQ4, Unpack, true>::fn[t.pairs - 1][n - 1] : WideTiles<kQ4, Unpack, false>::fn[t.pairs - 1][n - 1];
+            fn(wg, t.w_group_bytes, nb, xt, j0, yg + ((r0 + j0) / t.pairs) * t.y_stride, t.y_stride);
+        }
+    };
+    for_each_packed_tile(t, size_t{1} << 20, tiles, 2);
 }
 
 }  // namespace
