@@ -113,22 +113,19 @@ enum class WSrc { Bf16, F16, F16Keep };
 // NG groups (wg_stride bytes apart) x NC activation rows of one BF16 tile, over nblk blocks
 // of 32 columns. Writes y[j * y_stride + 16 g + r], or adds to it (add: a later slab of the
 // same outputs). F16Keep: group g's converted blocks go to keep + g * kKeepStride.
-// One group gets two accumulator sets (alternate steps): 8 dependency chains of vdpbf16ps
-// leave the dot-product ports idle part of the time (a single group is what a thread takes
-// when it helps another finish, work_regions.h).
+// A group's sums are added in the same order whether it runs alone or in a pair: which groups
+// a thread takes alone (when it helps another finish, work_regions.h) depends on timing, and
+// the results must not. (Two accumulator sets for a lone group, tried for its 8 dependency
+// chains, made perplexity runs differ in the 4th digit between runs.)
 constexpr size_t kKeepStride = kSlab * kWBlockBytes;
 template <WSrc kSrc, bool kPrefetch, int NG, int NC>
 void fast_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const uint8_t* xt, float* y, int64_t y_stride, bool add,
                uint8_t* keep) {
-    constexpr int S = NG == 1 ? 2 : 1;
-    __m512 acc[S][NG][NC];
+    __m512 acc[NG][NC];
 #pragma GCC unroll 2
-    for (int s = 0; s < S; ++s) {
-#pragma GCC unroll 2
-        for (int g = 0; g < NG; ++g) {
+    for (int g = 0; g < NG; ++g) {
 #pragma GCC unroll 8
-            for (int j = 0; j < NC; ++j) acc[s][g][j] = _mm512_setzero_ps();
-        }
+        for (int j = 0; j < NC; ++j) acc[g][j] = _mm512_setzero_ps();
     }
 #pragma GCC unroll 1
     for (int64_t b = 0; b < nblk; ++b) {
@@ -155,7 +152,7 @@ void fast_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const uint8_t* 
             for (int j = 0; j < NC; ++j) {
                 const __m512bh xv = as_bh(_mm512_set1_epi32(load32(xb + j * kBf16RowBytes + 4 * i)));
 #pragma GCC unroll 2
-                for (int g = 0; g < NG; ++g) acc[i % S][g][j] = _mm512_dpbf16_ps(acc[i % S][g][j], wv[g], xv);
+                for (int g = 0; g < NG; ++g) acc[g][j] = _mm512_dpbf16_ps(acc[g][j], wv[g], xv);
             }
         }
     }
@@ -163,10 +160,8 @@ void fast_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const uint8_t* 
     for (int g = 0; g < NG; ++g) {
 #pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) {
-            __m512 v = acc[0][g][j];
-            if constexpr (S == 2) v = _mm512_add_ps(v, acc[S - 1][g][j]);
             float* out = y + j * y_stride + g * kPackRows;
-            _mm512_storeu_ps(out, add ? _mm512_add_ps(_mm512_loadu_ps(out), v) : v);
+            _mm512_storeu_ps(out, add ? _mm512_add_ps(_mm512_loadu_ps(out), acc[g][j]) : acc[g][j]);
         }
     }
 }
