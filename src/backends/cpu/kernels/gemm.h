@@ -104,42 +104,70 @@ inline size_t packed_act_bytes(const PackedKernels& pk, int64_t K, int64_t rows,
 }
 
 // Weights that stream from memory (generation tiles, and the first tile to read each group in
-// prompts) are asked for ahead of use: into L1 kPrefetchL1Bytes ahead and into L2
-// kPrefetchL2Bytes ahead. The L2 requests keep more lines in flight than L1's fill buffers
-// allow: one thread streaming 300 MiB through the precise q4_0 generation tile read at 83% of a
-// plain read with the L1 prefetch alone and at 90-100% with both (L1 1-4 KiB, L2 8-24 KiB
-// ahead all measured alike); kiln-bench tg32 on the 1b Q4_0 model, alternated runs: +8%.
-// On AMD Zen 4 the L1 requests cost more than they bring (its own L1 prefetcher follows the
-// stream): one thread streaming 512 MiB (bench_gemm M:1/precise:1/dram:1, alternated, GB/s,
-// both -> L2 only) q8_0 13.0-16.8 -> 16.5-17.5, f16 15.1-15.3 -> 15.5-17.0, bf16 17.4-18.2 ->
-// 17.7-19.9, q4_0 alike; kiln-bench tg32, 3 pairs: Q4_0 39.6-45.8 -> 40.0-56.9, Q8_0 20.1-22.4
-// -> 20.3-25.4, F16 12.7-13.8 -> 13.3-16.3; pp128 alike. Measured on Intel (above) the L1
-// requests helped, so prefetch_weights asks for L1 only off AMD (weights_prefetch_l1).
+// prompts) are asked for ahead of use: "near" requests into L1 kL1Ahead bytes ahead, and "far"
+// ones WeightsPrefetch::far_bytes ahead. How, depends on the CPU (weights_prefetch):
+// - Intel: near into L1 4 KiB ahead, far into L2 (prefetcht1) 16 KiB ahead. The L2 requests keep
+//   more lines in flight than L1's fill buffers allow: one thread streaming 300 MiB through the
+//   precise q4_0 generation tile read at 83% of a plain read with the L1 requests alone and at
+//   90-100% with both (L1 1-4 KiB, L2 8-24 KiB ahead all measured alike); kiln-bench tg32 on
+//   the 1b Q4_0 model, alternated runs: +8%.
+// - AMD Zen 4: far into L2 only. The L1 requests cost more than they bring (its own L1
+//   prefetcher follows the stream): one thread streaming 512 MiB (bench_gemm
+//   M:1/precise:1/dram:1, alternated, GB/s, both -> L2 only) q8_0 13.0-16.8 -> 16.5-17.5, f16
+//   15.1-15.3 -> 15.5-17.0, bf16 17.4-18.2 -> 17.7-19.9, q4_0 alike; kiln-bench tg32, 3 pairs:
+//   Q4_0 39.6-45.8 -> 40.0-56.9, Q8_0 20.1-22.4 -> 20.3-25.4, F16 12.7-13.8 -> 13.3-16.3.
+// - AMD Zen 5: far into every level (prefetcht0) 8 KiB ahead, no near requests. prefetcht1 is
+//   reported to be dropped at times on Zen 4 (the hint lands in L2 only when it is taken);
+//   prefetcht0 is not. Measured on Zen 5, 2 threads, tokens of one process alternating between
+//   the settings (which cancels this VM's memory phases; median per-token time ratio, 4-6 runs
+//   each): 1b Q4_0 generation 1.05 over the Zen 4 setting (T0 16 KiB ahead 1.03, 32 KiB worse
+//   than the Zen 4 setting), Q8_0 1.05-1.18, Q4_K_M 1.05 (its near requests kept, see
+//   prefetch_weights_part; without them 0.97); 128-token prompts Q4_0 1.04, Q8_0 1.01, Q4_K_M 1.01.
+//   Far distances (prefetcht0): Q4_0 4 and 12 KiB 4-6% slower than 6-8 KiB, Q8_0 alike from 4 to
+//   12 KiB. Not measured on Zen 4, which keeps its setting.
+struct WeightsPrefetch {
+    bool near_l1;         // near requests (prefetch_weights; prefetch_weights_part always makes them)
+    bool far_all_levels;  // far requests with prefetcht0 instead of prefetcht1
+    size_t far_bytes;     // how far ahead the far requests run (at least kL1Ahead + 1 KiB)
+};
+inline const WeightsPrefetch& weights_prefetch() {
+    static const WeightsPrefetch p = [] {  // constant for the process
+        const CpuFeatures& f = cpu_features();
+        if (f.zen5) return WeightsPrefetch{.near_l1 = false, .far_all_levels = true, .far_bytes = 8192};
+        return WeightsPrefetch{.near_l1 = !f.amd, .far_all_levels = false, .far_bytes = 16384};
+    }();
+    return p;
+}
 constexpr size_t kPrefetchL1Bytes = 4096;
-constexpr size_t kPrefetchL2Bytes = 16384;
-inline bool weights_prefetch_l1() {
-    static const bool on = !cpu_features().amd;  // constant for the process
-    return on;
+// The far request for the line at p.
+inline void prefetch_far(const uint8_t* p, bool all_levels) {
+    if (all_levels) {
+        prefetch_l1(p);
+    } else {
+        prefetch_l2(p);
+    }
 }
 // F16/BF16 weights (the float tiles of gemm_float_*.cpp) stream without software requests on
 // AMD: Zen 4's hardware prefetchers follow that stream alone, and the requests only took fill
 // buffers from it. kiln-bench tg32 on the 1b F16 model, 2 threads, 3 alternated pairs (t/s,
 // with -> without): AVX-512 13.2-14.5 -> 17.4-19.8, AVX2 kernels (KILN_CPU=avx2) 13.8-14.3 ->
 // 15.5-20.5. The q4_0/q8_0 and K-quant tiles still need theirs there (without: Q8_0 tg32 26-32
-// -> 11 t/s, Q4_K_M 41-50 -> 27-31).
+// -> 11 t/s, Q4_K_M 41-50 -> 27-31). On Zen 5 likewise: F16 generation with the Zen 5 requests
+// (prefetcht0 8 or 16 KiB ahead) or the Zen 4 ones took 1.02-1.06 x the time without.
 inline bool float_weights_prefetch() {
     static const bool on = !cpu_features().amd;  // constant for the process
     return on;
 }
-// Prefetches the kBytes of weights at p from kL1Ahead (L1, see weights_prefetch_l1) and
-// kPrefetchL2Bytes (L2) ahead.
+// Prefetches the kBytes of weights at p: near (if weights_prefetch().near_l1) from kL1Ahead and
+// far from weights_prefetch().far_bytes ahead.
 template <size_t kBytes, size_t kL1Ahead = kPrefetchL1Bytes>
 inline void prefetch_weights(const uint8_t* p) {
-    const bool l1 = weights_prefetch_l1();
+    const WeightsPrefetch& wp = weights_prefetch();
+    const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + 1024);
 #pragma GCC unroll 64
     for (size_t off = 0; off < kBytes; off += 64) {
-        if (l1) prefetch_l1(p + kL1Ahead + off);
-        prefetch_l2(p + std::max(kPrefetchL2Bytes, 2 * kL1Ahead) + off);
+        if (wp.near_l1) prefetch_l1(p + kL1Ahead + off);
+        prefetch_far(far + off, wp.far_all_levels);
     }
 }
 
@@ -163,12 +191,13 @@ inline void compiler_fence() {
 template <size_t kBytes, int kParts, size_t kL1Ahead = kPrefetchL1Bytes>
 inline void prefetch_weights_part(const uint8_t* p, int part) {
     constexpr size_t kChunk = (kBytes + kParts * 64 - 1) / (kParts * 64) * 64;
-    constexpr size_t kL2Ahead = std::max(kPrefetchL2Bytes, 2 * kL1Ahead);
+    const WeightsPrefetch& wp = weights_prefetch();
+    const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + 1024);
     const size_t first = static_cast<size_t>(part) * kChunk;
     compiler_fence();
     for (size_t off = first; off < first + kChunk && off < kBytes; off += 64) {
         prefetch_l1(p + kL1Ahead + off);
-        prefetch_l2(p + kL2Ahead + off);
+        prefetch_far(far + off, wp.far_all_levels);
     }
     compiler_fence();
 }
