@@ -253,6 +253,21 @@ KILN_API uint64_t kiln_bench_weight_bytes_per_token(const kiln_model* model);
 /* K and V bytes one token reads from the KV cache when it attends to n_attended positions (its own
  * included), summed over layers; sliding-window layers read at most their window. */
 KILN_API uint64_t kiln_bench_kv_bytes_per_token(const kiln_context* ctx, int32_t n_attended);
+/* Where a context's graph evaluations spend their time, one row per kind of op: the op's name
+ * ("rms_norm", "attention", ...) or, for matrix products, "mul_mat <role>" with the role the node
+ * has in every layer ("mul_mat q", "mul_mat ffn_down", "mul_mat logits"). */
+struct kiln_bench_op_time {
+    char name[48];
+    int64_t calls;          /* evaluations (per thread) */
+    double op_ms;           /* inside the op, mean over threads */
+    double op_max_ms;       /* the thread that spent the most inside it */
+    double wait_ms;         /* at the barrier after it (threads that finished early), mean over threads */
+    uint64_t weight_bytes;  /* matrix products: weight bytes read, summed over calls; 0 otherwise */
+};
+/* Starts (clearing what was collected) or stops timing every op; off by default. Returns false on error. */
+KILN_API bool kiln_bench_set_op_profiling(kiln_context* ctx, bool on);
+/* Writes up to n_max rows, most time first; returns how many rows there are (-1 on error). */
+KILN_API int32_t kiln_bench_op_times(const kiln_context* ctx, struct kiln_bench_op_time* rows, int32_t n_max);
 
 /* ---- Quantization and importance matrices (kiln-quantize, kiln-imatrix) ---- */
 

@@ -2,6 +2,7 @@
 // generated token has to read, the default thread count). They are computed
 // from the model's tensors and the context's cache layout, not measured.
 #include <algorithm>
+#include <cstdio>
 #include <unordered_set>
 
 #include "api/api_internal.h"
@@ -60,6 +61,38 @@ uint64_t kiln_bench_kv_bytes_per_token(const kiln_context* c, int32_t n_attended
             return bytes;
         },
         uint64_t{0});
+}
+
+bool kiln_bench_set_op_profiling(kiln_context* c, bool on) {
+    return guarded(
+        [&]() -> bool {
+            if (!c) throw std::invalid_argument("kiln_bench_set_op_profiling: context is NULL");
+            c->ctx->set_op_profiling(on);
+            return true;
+        },
+        false);
+}
+
+int32_t kiln_bench_op_times(const kiln_context* c, kiln_bench_op_time* rows, int32_t n_max) {
+    return guarded(
+        [&]() -> int32_t {
+            if (!c) throw std::invalid_argument("kiln_bench_op_times: context is NULL");
+            if (n_max < 0 || (n_max > 0 && !rows)) throw std::invalid_argument("kiln_bench_op_times: no room for the rows");
+            const std::vector<kiln::cpu::OpTime> times = c->ctx->op_times();
+            for (size_t i = 0; i < times.size() && i < static_cast<size_t>(n_max); ++i) {
+                const kiln::cpu::OpTime& t = times[i];
+                kiln_bench_op_time& r = rows[i];
+                r = {};
+                std::snprintf(r.name, sizeof r.name, "%s", t.name.c_str());
+                r.calls = t.calls;
+                r.op_ms = t.op_ms;
+                r.op_max_ms = t.op_max_ms;
+                r.wait_ms = t.wait_ms;
+                r.weight_bytes = t.weight_bytes;
+            }
+            return static_cast<int32_t>(times.size());
+        },
+        int32_t{-1});
 }
 
 }  // extern "C"

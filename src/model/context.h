@@ -79,6 +79,10 @@ public:
     // Watches chosen graph nodes during decode (see Scheduler::Observer); an empty observer stops.
     void set_observer(Scheduler::Observer obs) { sched_.set_observer(std::move(obs)); }
 
+    // Per-op timing of the CPU graphs (kiln-bench --profile; backends/cpu/op_profile.h).
+    void set_op_profiling(bool on) { cpu_.set_profiling(on); }
+    std::vector<cpu::OpTime> op_times() const { return cpu_.op_times(); }
+
     PerfCounters& perf() { return perf_; }
     const PerfCounters& perf() const { return perf_; }
 

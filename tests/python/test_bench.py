@@ -325,3 +325,42 @@ def test_bad_flags_are_clear_errors(tool, models, args, pattern):
 def test_missing_model_flag(tool):
     res = subprocess.run([tool("kiln-bench"), "-p", "8"], capture_output=True, text=True, timeout=60)
     assert res.returncode != 0 and "--model" in res.stderr
+
+
+def test_profile_counts_ops_and_weight_bytes(tool, models):
+    """--profile: per-op rows whose matrix-product calls and weight bytes match the file (gguf-py),
+    and whose times fit inside the measured time."""
+    for name in ("llama", "gemma"):
+        path = models[name]
+        facts = GgufFacts.of(path)
+        n_gen = 3
+        rows = bench_json(tool, "-m", path, "-p", "0", "-n", n_gen, "--profile", "--no-warmup")
+        assert len(rows) == 1
+        r = rows[0]
+        prof = {p["op"]: p for p in r["profile"]}
+        assert r["profile_tokens"] == n_gen
+        # One q, k, v, ... product per layer and token; the output projection once per token.
+        for role in ("q", "k", "v", "attn_out", "ffn_gate", "ffn_up", "ffn_out"):
+            assert prof[f"mul_mat {role}"]["calls"] == n_gen * facts.n_layer, (name, role, prof.keys())
+        assert prof["mul_mat logits"]["calls"] == n_gen
+        assert prof["rms_norm"]["calls"] >= n_gen * (2 * facts.n_layer + 1)
+        assert prof["attention"]["calls"] == n_gen * facts.n_layer
+        # Each product reads its whole weight matrix: the 2-D tensors of the file, the embedding
+        # table only as a tied output projection.
+        reader = gguf.GGUFReader(path)
+        matrices = sum(int(t.n_bytes) for t in reader.tensors
+                       if len(t.shape) == 2 and (t.name != "token_embd.weight" or facts.tied))
+        read = sum(p["weight_bytes"] for op, p in prof.items() if op.startswith("mul_mat "))
+        assert read == n_gen * matrices
+        assert all(p["weight_bytes"] == 0 for op, p in prof.items() if not op.startswith("mul_mat "))
+        # Time inside ops and at barriers happens within the timed decode calls.
+        spent_ms = sum(p["op_ms"] + p["wait_ms"] for p in prof.values())
+        assert 0 < spent_ms <= sum(r["samples_ns"]) / 1e6 * 1.001
+        for p in prof.values():
+            assert 0 <= p["op_ms"] <= p["op_max_ms"] + 1e-9 and p["wait_ms"] >= 0
+    # Markdown: a table per test after the results; without --profile, none.
+    res = bench(tool, "-m", models["llama"], "-p", "8", "-n", "2", "--profile")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("profile: ") == 2 and "| mul_mat ffn_out " in res.stdout and "| total " in res.stdout
+    assert "profile" not in bench(tool, "-m", models["llama"], "-p", "8", "-n", "2").stdout
+    assert "profile" not in bench_json(tool, "-m", models["llama"], "-p", "8", "-n", "2")[0]

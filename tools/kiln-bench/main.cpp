@@ -63,7 +63,8 @@ int run(int argc, char** argv) {
                                         .use_mmap = !opts.no_mmap,
                                         .repack = !opts.no_repack,
                                         .verbose = opts.verbose,
-                                        .row_probe_mib = opts.bandwidth ? opts.bandwidth_mib : 0});
+                                        .row_probe_mib = opts.bandwidth ? opts.bandwidth_mib : 0,
+                                        .profile = opts.profile});
     std::vector<std::string> errors;
     for (const std::string& path : opts.models) runner.run_model(path, tests, report.results, errors);
     kb::print_report(stdout, opts.output, report);

@@ -120,6 +120,9 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
                  "measure the SIMD compute peaks (int8, BF16, FP16, F32) in the same run; prompt rows then show their share");
     kt::metavar(app.add_option("--peak-seconds", o.peak_seconds, "duration of one timed run of each peak probe (best of 3)"), "S");
     app.add_flag("--mem", o.mem, "memory columns in the markdown table (weights, KV, peak resident memory)");
+    app.add_flag("--profile", o.profile,
+                 "time every op of the timed repetitions: a table per test (markdown) or a profile array (JSON) with the time per "
+                 "token by op and the weight bytes matrix products read");
     app.add_flag("--no-warmup", o.no_warmup, "skip the warm-up run before each test");
     app.add_flag("-v,--verbose", o.verbose, "print model and context details and every repetition's time to stderr");
     if (!kt::parse_command_line(app, kt::translate_aliases(argc, argv, kAliases), exit_code)) return false;

@@ -32,6 +32,7 @@ struct Options {
     bool peak = false;                   // measure the SIMD compute peaks (prompt rows show their share)
     double peak_seconds = 0.25;          // one timed run of one peak probe (best of 3 runs)
     bool mem = false;                    // memory columns in the markdown table
+    bool profile = false;                // time by op (RunnerOptions::profile)
     bool no_warmup = false;
     bool no_mmap = false;
     bool no_repack = false;              // keep the file layout (no packed weights for the CPU kernels)

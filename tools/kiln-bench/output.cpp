@@ -177,7 +177,18 @@ void print_json(FILE* out, const Report& rep) {
         for (double& x : ns) x = std::round(x);
         std::fprintf(out, "    \"compute_peak\": %s,\n", json_peak(peak_for(rep, r.n_threads)).c_str());
         std::fprintf(out, "    \"samples_ns\": %s,\n", json_array(ns).c_str());
-        std::fprintf(out, "    \"samples_ts\": %s\n  }", json_array(r.samples_ts()).c_str());
+        std::fprintf(out, "    \"samples_ts\": %s", json_array(r.samples_ts()).c_str());
+        if (!r.profile.empty()) {
+            std::fprintf(out, ",\n    \"profile_tokens\": %lld,\n    \"profile\": [", static_cast<long long>(r.profile_tokens));
+            for (size_t i = 0; i < r.profile.size(); ++i) {
+                const OpTimeRow& o = r.profile[i];
+                std::fprintf(out, "%s\n      {\"op\": %s, \"calls\": %lld, \"op_ms\": %.6f, \"op_max_ms\": %.6f, \"wait_ms\": %.6f, \"weight_bytes\": %llu}",
+                             i ? "," : "", json_string(o.name).c_str(), static_cast<long long>(o.calls), o.op_ms, o.op_max_ms, o.wait_ms,
+                             static_cast<unsigned long long>(o.weight_bytes));
+            }
+            std::fprintf(out, "\n    ]");
+        }
+        std::fprintf(out, "\n  }");
     }
     std::fprintf(out, "%s]\n", rep.results.empty() ? "" : "\n");
 }
@@ -232,6 +243,67 @@ std::string params_text(uint64_t n) {
 }
 
 std::string pm(double avg, double sd) { return fmt("%.2f", avg) + " ± " + fmt("%.2f", sd); }
+
+struct Head {
+    std::string title;
+    bool right;  // right-aligned (numbers)
+};
+
+void print_table(FILE* out, const std::vector<Head>& cols, const std::vector<std::vector<std::string>>& cells) {
+    // Widths in characters, not bytes ("±" is two bytes in UTF-8).
+    auto width = [](const std::string& s) {
+        size_t n = 0;
+        for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+        return n;
+    };
+    std::vector<size_t> w(cols.size());
+    for (size_t i = 0; i < cols.size(); ++i) {
+        w[i] = std::max<size_t>(width(cols[i].title), 3);
+        for (const auto& row : cells) w[i] = std::max(w[i], width(row[i]));
+    }
+    auto pad = [&](const std::string& s, size_t i) {
+        const std::string fill(w[i] - width(s), ' ');
+        return cols[i].right ? fill + s : s + fill;
+    };
+    std::string line = "|";
+    for (size_t i = 0; i < cols.size(); ++i) line += " " + pad(cols[i].title, i) + " |";
+    std::fprintf(out, "%s\n|", line.c_str());
+    for (size_t i = 0; i < cols.size(); ++i) {
+        std::fprintf(out, " %s%s |", std::string(w[i] - 1, '-').c_str(), cols[i].right ? ":" : "-");
+    }
+    std::fprintf(out, "\n");
+    for (const auto& row : cells) {
+        line = "|";
+        for (size_t i = 0; i < cols.size(); ++i) line += " " + pad(row[i], i) + " |";
+        std::fprintf(out, "%s\n", line.c_str());
+    }
+}
+
+// --profile: one table per test, per timed token (a prompt's tokens, each sequence's tokens in batched tests).
+void print_profiles(FILE* out, const Report& rep) {
+    for (const Result& r : rep.results) {
+        if (r.profile.empty() || r.profile_tokens <= 0) continue;
+        const double tokens = static_cast<double>(r.profile_tokens);
+        double total = 0;
+        for (const OpTimeRow& o : r.profile) total += o.op_ms + o.wait_ms;
+        std::fprintf(out, "\nprofile: %s, %s, %d threads: time per token by op (mean over threads; wait: at the barrier after the op)\n\n",
+                     r.model.type.c_str(), r.test.name().c_str(), r.n_threads);
+        std::vector<std::vector<std::string>> cells;
+        for (const OpTimeRow& o : r.profile) {
+            const double us = 1e3 * o.op_ms / tokens;
+            cells.push_back({o.name, fmt("%.2f", static_cast<double>(o.calls) / tokens), fmt("%.1f", us),
+                             fmt("%.1f", 1e3 * o.op_max_ms / tokens), fmt("%.1f", 1e3 * o.wait_ms / tokens),
+                             fmt("%.1f", total > 0 ? 100.0 * (o.op_ms + o.wait_ms) / total : 0.0),
+                             o.weight_bytes && o.op_max_ms > 0 ? fmt("%.2f", static_cast<double>(o.weight_bytes) / kGiB / (o.op_max_ms * 1e-3))
+                                                               : std::string()});
+        }
+        cells.push_back({"total", "", fmt("%.1f", 1e3 * total / tokens), "", "", "100.0", ""});
+        print_table(out,
+                    {{"op", false}, {"calls/token", true}, {"us/token", true}, {"max thread us", true}, {"wait us", true}, {"% time", true},
+                     {"weights GiB/s", true}},
+                    cells);
+    }
+}
 
 void print_markdown(FILE* out, const Report& rep) {
     for (const auto& [threads, bw] : rep.bandwidth) {
@@ -326,33 +398,10 @@ void print_markdown(FILE* out, const Report& rep) {
         for (const Column& c : cols) row.push_back(c.cell(rep, r));
         cells.push_back(std::move(row));
     }
-    // Widths in characters, not bytes ("±" is two bytes in UTF-8).
-    auto width = [](const std::string& s) {
-        size_t n = 0;
-        for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-        return n;
-    };
-    std::vector<size_t> w(cols.size());
-    for (size_t i = 0; i < cols.size(); ++i) {
-        w[i] = std::max<size_t>(width(cols[i].title), 3);
-        for (const auto& row : cells) w[i] = std::max(w[i], width(row[i]));
-    }
-    auto pad = [&](const std::string& s, size_t i) {
-        const std::string fill(w[i] - width(s), ' ');
-        return cols[i].right ? fill + s : s + fill;
-    };
-    std::string line = "|";
-    for (size_t i = 0; i < cols.size(); ++i) line += " " + pad(cols[i].title, i) + " |";
-    std::fprintf(out, "%s\n|", line.c_str());
-    for (size_t i = 0; i < cols.size(); ++i) {
-        std::fprintf(out, " %s%s |", std::string(w[i] - 1, '-').c_str(), cols[i].right ? ":" : "-");
-    }
-    std::fprintf(out, "\n");
-    for (const auto& row : cells) {
-        line = "|";
-        for (size_t i = 0; i < cols.size(); ++i) line += " " + pad(row[i], i) + " |";
-        std::fprintf(out, "%s\n", line.c_str());
-    }
+    std::vector<Head> head;
+    for (const Column& c : cols) head.push_back({c.title, c.right});
+    print_table(out, head, cells);
+    print_profiles(out, rep);
 }
 
 }  // namespace

@@ -292,6 +292,7 @@ Result run_test(const kiln_model* model, const ModelInfo& info, const Test& t, c
         run_once(true);
         reset_to_base();
     }
+    if (opts.profile && !kiln_bench_set_op_profiling(ctx.get(), true)) kt::fail_with_last_error("cannot profile");
     for (int32_t rep = 0; rep < opts.repetitions; ++rep) {
         if (rep > 0) reset_to_base();
         const kt::Stopwatch sw;
@@ -301,6 +302,23 @@ Result run_test(const kiln_model* model, const ModelInfo& info, const Test& t, c
             std::fprintf(stderr, "kiln-bench:   %s rep %d: %.3f ms, %.2f t/s\n", t.name().c_str(), rep + 1, sw.ms(),
                          r.samples_ts().back());
         }
+    }
+    if (opts.profile) {
+        // Only the timed repetitions were profiled; resets between them run no graph.
+        kiln_bench_set_op_profiling(ctx.get(), false);
+        std::vector<kiln_bench_op_time> rows(64);
+        int32_t n = kiln_bench_op_times(ctx.get(), rows.data(), static_cast<int32_t>(rows.size()));
+        if (n > static_cast<int32_t>(rows.size())) {
+            rows.resize(static_cast<size_t>(n));
+            n = kiln_bench_op_times(ctx.get(), rows.data(), n);
+        }
+        if (n < 0) kt::fail_with_last_error("cannot read the op profile");
+        for (int32_t i = 0; i < n; ++i) {
+            const kiln_bench_op_time& o = rows[static_cast<size_t>(i)];
+            r.profile.push_back({.name = o.name, .calls = o.calls, .op_ms = o.op_ms, .op_max_ms = o.op_max_ms, .wait_ms = o.wait_ms,
+                                 .weight_bytes = o.weight_bytes});
+        }
+        r.profile_tokens = t.tokens_timed() * opts.repetitions;
     }
     r.compute_bytes = kiln_compute_bytes(ctx.get());
     r.peak_rss = peak_rss_bytes();

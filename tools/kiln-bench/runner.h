@@ -31,6 +31,14 @@ struct ModelInfo {
     double matmul_ops_per_token() const { return 2.0 * static_cast<double>(matmul_weights); }
 };
 
+// One row of --profile (kiln_bench_op_time, with the name as a string).
+struct OpTimeRow {
+    std::string name;
+    int64_t calls = 0;
+    double op_ms = 0, op_max_ms = 0, wait_ms = 0;
+    uint64_t weight_bytes = 0;
+};
+
 struct Result {
     ModelInfo model;
     Test test;
@@ -53,6 +61,9 @@ struct Result {
     // after the test (0: none). On a shared VM the memory's rate moved by up to 2x within a minute, so
     // one probe at the start of a run judged later rows against another machine.
     double row_bandwidth_gibs = 0;
+    // --profile: time by op over the timed repetitions (kiln_bench_op_times), and the tokens they timed.
+    std::vector<OpTimeRow> profile;
+    int64_t profile_tokens = 0;
 
     double bytes_per_token() const { return weight_bytes_per_token + kv_bytes_per_token; }
     std::vector<double> samples_ts() const;  // tokens per second of each repetition
@@ -79,6 +90,7 @@ struct RunnerOptions {
     // > 0: generation and batched tests get their own bandwidth probes (Result::row_bandwidth_gibs)
     // reading this many MiB.
     int32_t row_probe_mib = 0;
+    bool profile = false;  // time every op of the timed repetitions (Result::profile)
 };
 
 class Runner {

@@ -102,6 +102,11 @@ bool CpuBackend::supports_op(const Tensor& t) const {
     }
 }
 
+void CpuBackend::set_profiling(bool on) {
+    if (on) profile_.clear();
+    profiling_ = on;
+}
+
 std::unique_ptr<Buffer> CpuBackend::alloc_buffer(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
 void CpuBackend::compute(std::span<Tensor* const> nodes) {
@@ -113,6 +118,8 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         need = std::max(need, scratch_bytes(*n, nth, precise_matmul(*n)));
     }
     if (scratch_.size() < need) scratch_.resize(need);
+    const bool profiling = profiling_;
+    if (profiling) profile_.begin_graph(nodes, nth);
     pool_.run([&](int ith, int n_threads) {
         RopeTable rope;
         ComputeContext ctx;
@@ -123,12 +130,21 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         ctx.scratch = scratch_.data();
         ctx.scratch_size = scratch_.size();
         ctx.work = &work_;
-        for (const Tensor* n : nodes) {
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            const Tensor* n = nodes[i];
             const OpFn fn = op_fn(n->op);
             if (!fn) continue;  // views: nothing to compute
             ctx.precise = precise_matmul(*n);
+            if (!profiling) {
+                fn(*n, ctx);
+                pool_.barrier();
+                continue;
+            }
+            const auto t0 = OpProfile::Clock::now();
             fn(*n, ctx);
+            const auto t1 = OpProfile::Clock::now();
             pool_.barrier();
+            profile_.record(ith, i, t0, t1, OpProfile::Clock::now());
         }
     });
 }

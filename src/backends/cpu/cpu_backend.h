@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/op_profile.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/cpu/work_regions.h"
 
@@ -30,12 +31,18 @@ public:
 
     int n_threads() const { return pool_.size(); }
 
+    // Per-op timing of the graphs computed while on (op_profile.h); turning it on clears it.
+    void set_profiling(bool on);
+    std::vector<OpTime> op_times() const { return profile_.rows(); }
+
 private:
     bool precise_matmul(const Tensor& node) const;
     MatmulPrecision precision_;
     ThreadPool pool_;
     std::vector<uint8_t> scratch_;  // grows to the largest need seen
     WorkRegions work_;  // ComputeContext::work (after pool_: sized by it)
+    bool profiling_ = false;
+    OpProfile profile_;
 };
 
 }  // namespace kiln::cpu
