@@ -4,7 +4,7 @@
 // they are: the op's name ("rms_norm", "attention", ...) or, for matrix products, the node's name
 // without its layer suffix ("q", "ffn_down", "logits"), so one row covers a role in every layer.
 // A matrix product's row also counts the weight bytes it read, which relates its time to the
-// memory's rate. Off unless enabled; when on, two clock reads per node and thread.
+// memory's rate. Off unless enabled; when on, three clock reads per node and thread.
 #pragma once
 
 #include <chrono>
