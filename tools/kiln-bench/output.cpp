@@ -249,7 +249,9 @@ struct Head {
     bool right;  // right-aligned (numbers)
 };
 
-void print_table(FILE* out, const std::vector<Head>& cols, const std::vector<std::vector<std::string>>& cells) {
+// A markdown table: cols' titles and alignment (Column or Head), then the rows of cells.
+template <class Col>
+void print_table(FILE* out, const std::vector<Col>& cols, const std::vector<std::vector<std::string>>& cells) {
     // Widths in characters, not bytes ("±" is two bytes in UTF-8).
     auto width = [](const std::string& s) {
         size_t n = 0;
@@ -298,7 +300,7 @@ void print_profiles(FILE* out, const Report& rep) {
                                                                : std::string()});
         }
         cells.push_back({"total", "", fmt("%.1f", 1e3 * total / tokens), "", "", "100.0", ""});
-        print_table(out,
+        print_table<Head>(out,
                     {{"op", false}, {"calls/token", true}, {"us/token", true}, {"max thread us", true}, {"wait us", true}, {"% time", true},
                      {"weights GiB/s", true}},
                     cells);
@@ -398,9 +400,7 @@ void print_markdown(FILE* out, const Report& rep) {
         for (const Column& c : cols) row.push_back(c.cell(rep, r));
         cells.push_back(std::move(row));
     }
-    std::vector<Head> head;
-    for (const Column& c : cols) head.push_back({c.title, c.right});
-    print_table(out, head, cells);
+    print_table(out, cols, cells);
     print_profiles(out, rep);
 }
 

@@ -19,10 +19,6 @@ void for_rows(const Tensor& t, ComputeContext& ctx, F f) {
     }
 }
 
-}  // namespace
-
-namespace {
-
 // Sum of x[j]^2 in double (rows of thousands of squares), in kLanes interleaved partial sums
 // added at the end: the compiler turns the lanes into vector registers. One running sum was a
 // chain of dependent double adds, 4 cycles each: ~1.4 us per 2048-wide row, 1.4% of a 512-token
