@@ -2,8 +2,9 @@
 // algorithm. Only called once isa_supported(Isa::Avx512) holds.
 //
 //  * gemm: register tiles of 8 rows x 32 columns (16 accumulators); A's
-//    elements are broadcast, B's rows loaded (and converted) as vectors, so
-//    up to 8 query rows convert each V element once and neither operand
+//    elements are broadcast (as the FMAs' memory operands), B's rows loaded
+//    (and converted) as vectors, so up to 8 query rows convert each V
+//    element once and neither operand
 //    is transposed inside the loop. Q K^T therefore wants K transposed, which
 //    k_transpose does once per key block while converting it to float (16 x 16
 //    tiles, see k_tile16); the block is then reused by every query row of the
@@ -91,13 +92,33 @@ inline __m512 load16(const uint8_t* row, int64_t d, __mmask16 m) {
 
 // ---- gemm: tiles of up to 8 rows x 32 columns (16 accumulators) -----------------------------------
 
+// acc + b * (*a in every lane), the broadcast being the FMA's own memory operand ({1to16}).
+// From intrinsics GCC loads A's element once per row into a register (vbroadcastss) for the
+// tile's columns. On Zen 4 (512-bit operations in two 256-bit halves) those 8 broadcasts per
+// step took issue slots from the 16 FMAs: the tile of generation at 4096 keys, alternated
+// builds, 415-466 -> 366-395 us for one layer on one thread (bench_kernels
+// attn_tg1_kv4096/f16/k_panels/avx512/t1), while the element is loaded once per column vector,
+// which the load ports absorb. CPUs with full-width units (Zen 5 measured, see docs/engine.md)
+// issue FMAs twice as fast and load about 2 vectors per cycle, so there the tile's 8 broadcasts
+// beat 16 embedded ones: kEmbed is Zen 4's variant only.
+template <bool kEmbed>
+inline __m512 fmadd_bcast(const float* a, __m512 b, __m512 acc) {
+#if defined(__GNUC__)
+    if constexpr (kEmbed) {
+        asm("vfmadd231ps %[a]%{1to16%}, %[b], %[acc]" : [acc] "+v"(acc) : [b] "v"(b), [a] "m"(*a));
+        return acc;
+    }
+#endif
+    return _mm512_fmadd_ps(_mm512_set1_ps(*a), b, acc);
+}
+
 // LDA: A's row stride when it is a constant (0: lda_rt). The attention's A operands are Q (stride
 // hd) and the score tile (stride bk), 64 or 128 floats in the common shapes; with a constant the 8
 // broadcasts of a step address one base register with fixed offsets. With a run-time stride GCC
 // kept 8 row pointers, some of them in vector registers moved back for every step (the tile of
 // generation at 4096 keys, bench_kernels attn_tg1_kv4096/f16/k_panels/avx512/t1, alternated:
 // 498-512 -> 475-486 us on Zen 4).
-template <int RB, int CB, Type T, int64_t LDA>
+template <int RB, int CB, Type T, int64_t LDA, bool kEmbed>
 void gemm_tile(int64_t K, const float* A, int64_t lda_rt, const uint8_t* B, size_t b_stride, int64_t j0, int64_t b_cols,
                float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
     const int64_t lda = LDA ? LDA : lda_rt;
@@ -117,11 +138,9 @@ void gemm_tile(int64_t K, const float* A, int64_t lda_rt, const uint8_t* B, size
         KILN_UNROLL
         for (int c = 0; c < CB; ++c) b[c] = load16<T>(row, j0 + 16 * c, m[c]);
         KILN_UNROLL
-        for (int r = 0; r < RB; ++r) {
-            const __m512 a = _mm512_set1_ps(A[r * lda + k]);
+        for (int r = 0; r < RB; ++r)
             KILN_UNROLL
-            for (int c = 0; c < CB; ++c) acc[r][c] = _mm512_fmadd_ps(a, b[c], acc[r][c]);
-        }
+            for (int c = 0; c < CB; ++c) acc[r][c] = fmadd_bcast<kEmbed>(&A[r * lda + k], b[c], acc[r][c]);
     }
     KILN_UNROLL
     for (int r = 0; r < RB; ++r) {
@@ -137,34 +156,36 @@ void gemm_tile(int64_t K, const float* A, int64_t lda_rt, const uint8_t* B, size
 
 using TileFn = void (*)(int64_t, const float*, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t,
                         const float*, const AttnPrefetch*);
-template <Type T, int RB, int64_t LDA>
-constexpr TileFn kTilesOfRows[2] = {gemm_tile<RB, 1, T, LDA>, gemm_tile<RB, 2, T, LDA>};
-template <Type T, int64_t LDA = 0>
-constexpr const TileFn* kTiles[8] = {kTilesOfRows<T, 1, LDA>, kTilesOfRows<T, 2, LDA>, kTilesOfRows<T, 3, LDA>, kTilesOfRows<T, 4, LDA>,
-                                     kTilesOfRows<T, 5, LDA>, kTilesOfRows<T, 6, LDA>, kTilesOfRows<T, 7, LDA>, kTilesOfRows<T, 8, LDA>};
+template <Type T, int RB, int64_t LDA, bool kEmbed>
+constexpr TileFn kTilesOfRows[2] = {gemm_tile<RB, 1, T, LDA, kEmbed>, gemm_tile<RB, 2, T, LDA, kEmbed>};
+template <Type T, int64_t LDA, bool kEmbed>
+constexpr const TileFn* kTiles[8] = {kTilesOfRows<T, 1, LDA, kEmbed>, kTilesOfRows<T, 2, LDA, kEmbed>, kTilesOfRows<T, 3, LDA, kEmbed>,
+                                     kTilesOfRows<T, 4, LDA, kEmbed>, kTilesOfRows<T, 5, LDA, kEmbed>, kTilesOfRows<T, 6, LDA, kEmbed>,
+                                     kTilesOfRows<T, 7, LDA, kEmbed>, kTilesOfRows<T, 8, LDA, kEmbed>};
 
 // The first tile issues the prefetches (its loop over K runs while the rest of B is read).
-template <Type T>
+template <Type T, bool kEmbed>
 void gemm_t(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride,
             int64_t b_cols, float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
     for (int64_t j = 0; j < N; j += 32) {
         const int64_t cb = std::min<int64_t>(2, (N - j) / 16);
         for (int64_t r = 0; r < M; r += 8) {
             const int64_t rb = std::min<int64_t>(8, M - r);
-            const TileFn* const* tiles = lda == 64 ? kTiles<T, 64> : lda == 128 ? kTiles<T, 128> : kTiles<T>;
+            const TileFn* const* tiles = lda == 64 ? kTiles<T, 64, kEmbed> : lda == 128 ? kTiles<T, 128, kEmbed> : kTiles<T, 0, kEmbed>;
             tiles[rb - 1][cb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc, beta ? beta + r : nullptr,
                                   j == 0 && r == 0 ? pf : nullptr);
         }
     }
 }
 
+template <bool kEmbed>
 void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt, const uint8_t* B, size_t b_stride,
           int64_t b_cols, float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
     switch (bt) {
-        case Type::F32: return gemm_t<Type::F32>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
-        case Type::F16: return gemm_t<Type::F16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
-        case Type::BF16: return gemm_t<Type::BF16>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
-        default: return gemm_t<Type::Q8_0>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        case Type::F32: return gemm_t<Type::F32, kEmbed>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        case Type::F16: return gemm_t<Type::F16, kEmbed>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        case Type::BF16: return gemm_t<Type::BF16, kEmbed>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
+        default: return gemm_t<Type::Q8_0, kEmbed>(M, N, K, A, lda, B, b_stride, b_cols, C, ldc, beta, pf);
     }
 }
 
@@ -303,8 +324,11 @@ float exp_row(float* s, int64_t n, float m) {
 
 namespace detail {
 const AttnKernels& attn_avx512() {
-    static const AttnKernels k{
-        .gemm = gemm, .k_transpose = k_transpose, .v_rows = v_rows, .score_row = score_row, .exp_row = exp_row};
+    static const AttnKernels k{.gemm = cpu_features().zen4 ? gemm<true> : gemm<false>,
+                               .k_transpose = k_transpose,
+                               .v_rows = v_rows,
+                               .score_row = score_row,
+                               .exp_row = exp_row};
     return k;
 }
 }  // namespace detail

@@ -109,6 +109,7 @@ Detected detect() {
     const unsigned base_family = (l1.eax >> 8) & 0xF;
     const unsigned family = base_family == 0xF ? base_family + ((l1.eax >> 20) & 0xFF) : base_family;
     d.f.zen5 = d.f.amd && family >= 0x1A;
+    d.f.zen4 = d.f.amd && family == 0x19;
     const bool osxsave = bit(l1.ecx, 27);
     const bool avx = bit(l1.ecx, 28);
     if (!osxsave || !avx) return d;
