@@ -151,11 +151,21 @@ inline void prefetch_far(const uint8_t* p, bool all_levels) {
 // AMD: Zen 4's hardware prefetchers follow that stream alone, and the requests only took fill
 // buffers from it. kiln-bench tg32 on the 1b F16 model, 2 threads, 3 alternated pairs (t/s,
 // with -> without): AVX-512 13.2-14.5 -> 17.4-19.8, AVX2 kernels (KILN_CPU=avx2) 13.8-14.3 ->
-// 15.5-20.5. The q4_0/q8_0 and K-quant tiles still need theirs there (without: Q8_0 tg32 26-32
-// -> 11 t/s, Q4_K_M 41-50 -> 27-31). On Zen 5 likewise: F16 generation with the Zen 5 requests
+// 15.5-20.5. The q4_0 and K-quant tiles still need theirs there (without: Q4_K_M 41-50 -> 27-31
+// t/s; Q8_0 26-32 -> 11 while its tiles read blocks in pairs, see q8_0_weights_prefetch). On Zen 5 likewise: F16 generation with the Zen 5 requests
 // (prefetcht0 8 or 16 KiB ahead) or the Zen 4 ones took 1.02-1.06 x the time without.
 inline bool float_weights_prefetch() {
     static const bool on = !cpu_features().amd;  // constant for the process
+    return on;
+}
+// The AVX-512 q8_0 generation tiles (one block at a time, one or two activation rows) stream
+// without software requests on Zen 4 as well: one thread streaming 512 MiB (bench_gemm
+// q8_0/M:1/precise:1/dram:1, alternated, GB/s) 18.1-20.9 with them (L2 6-64 KiB ahead; prefetcht0
+// 8 or 16 KiB: 11.8-19.1) against 21.4-22.4 without; kiln-bench tg32 on the 1b Q8_0 model, 3
+// alternated pairs: 27.3 / 30.6 / 30.9 -> 28.4 / 33.4 / 33.8 t/s. q4_0 still needs them there
+// (15.3-16.5 GB/s without, 23.4-27.9 with). Zen 5 and Intel were not measured this way.
+inline bool q8_0_weights_prefetch() {
+    static const bool on = !(cpu_features().zen4 && cpu_features().avx512f);  // constant for the process
     return on;
 }
 // Prefetches the kBytes of weights at p: near (if weights_prefetch().near_l1) from kL1Ahead and

@@ -59,11 +59,14 @@ struct Layout {
 // an embedded-broadcast memory operand. The NB blocks' products are interleaved: NB x NC
 // independent dependency chains. With one block, 8 chains of 8 vpdpbusd (5-cycle latency)
 // left the two vector ports idle; two blocks measured +9-14% in the 8-row prompt tile.
-// kPf: the weights stream from memory; ask for them early (gemm.h, prefetch_weights).
+// kPf: the weights stream from memory; ask for them early (gemm.h, prefetch_weights; q8_0
+// generation on Zen 4 leaves it to the hardware, q8_0_weights_prefetch).
 template <bool kQ4, class Unpack, int NC, int NB, bool kPf>
 inline void add_blocks(const uint8_t* blk, const uint8_t* xb, __m512 (&acc)[NC]) {
     using L = Layout<kQ4, Unpack>;
-    if constexpr (kPf) prefetch_weights<NB * L::kBlockBytes>(blk);
+    if constexpr (kPf) {
+        if (kQ4 || NC > 2 || q8_0_weights_prefetch()) prefetch_weights<NB * L::kBlockBytes>(blk);
+    }
     // sum[i][j]: block i, row j; starts from the block's offset correction.
     __m512i sum[NB][NC];
 #pragma GCC unroll 2
