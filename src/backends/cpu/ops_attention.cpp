@@ -22,29 +22,33 @@ void op_store_rows(const Tensor& t, ComputeContext& ctx) {
     const Tensor& dst = *t.src[0];
     const Tensor& x = *t.src[1];
     const auto* ids = static_cast<const int32_t*>(t.src[2]->data);
-    int64_t r0, r1;
-    split_rows(x.ne[1], ctx.ith, ctx.nth, r0, r1);
     // The vector converter where the instruction set has one for the cache type (the
     // reference F16 conversion took ~1% of prompt processing).
     const FromFloatFn conv = native_from_float(dst.type);
     if (t.iparams[0] > 0) {  // K panels: each head's elements go down a column of its tile
         const KPanels kp{.type = dst.type, .head_dim = t.iparams[0], .n_head = dst.ne[0] / t.iparams[0], .cells = dst.ne[1]};
+        // Items are (row, head), so that one row (generation) is shared too: its elements land in
+        // head_dim different lines per head, which the weights streamed since the last token have
+        // evicted, and one thread alone waited ~8 us per layer on them at depth 4096.
+        int64_t i0, i1;
+        split_rows(x.ne[1] * kp.n_head, ctx.ith, ctx.nth, i0, i1);
         constexpr int64_t kChunk = 256;
         alignas(64) uint8_t elems[kChunk * sizeof(float)];
-        for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t r = i / kp.n_head, h = i % kp.n_head;
             const auto* src = reinterpret_cast<const float*>(x.row(r));
-            for (int64_t h = 0; h < kp.n_head; ++h) {
-                for (int64_t d0 = 0; d0 < kp.head_dim; d0 += kChunk) {
-                    const int64_t n = std::min(kChunk, kp.head_dim - d0);
-                    const float* part = src + h * kp.head_dim + d0;
-                    if (conv) conv(part, elems, n);
-                    else quantize(dst.type, part, elems, 1, n);
-                    kp.scatter(dst.data, ids[r], h, d0, elems, n);
-                }
+            for (int64_t d0 = 0; d0 < kp.head_dim; d0 += kChunk) {
+                const int64_t n = std::min(kChunk, kp.head_dim - d0);
+                const float* part = src + h * kp.head_dim + d0;
+                if (conv) conv(part, elems, n);
+                else quantize(dst.type, part, elems, 1, n);
+                kp.scatter(dst.data, ids[r], h, d0, elems, n);
             }
         }
         return;
     }
+    int64_t r0, r1;
+    split_rows(x.ne[1], ctx.ith, ctx.nth, r0, r1);
     if (t.iparams[1] > 0) {  // head-major rows: each head's part of the row goes to its own region
         const HeadMajorRows hm{.type = dst.type, .head_dim = t.iparams[1], .cells = dst.ne[1]};
         for (int64_t r = r0; r < r1; ++r) {
