@@ -39,7 +39,8 @@ struct CpuFeatures {
     bool amd = false;  // vendor AuthenticAMD (tuning only: prefetch_weights and float_weights_prefetch, kernels/gemm.h)
     bool zen5 = false;  // AMD family 1Ah or later (Zen 5; tuning only: gemm_wide, kernels/gemm_avx512_tiles.h)
     // AMD family 19h (Zen 3 and 4). With avx512f this is Zen 4, whose 512-bit operations issue as
-    // two 256-bit halves (tuning only: the attention tiles' broadcasts, kernels/attn_avx512.cpp).
+    // two 256-bit halves (tuning only: the attention tiles' broadcasts, kernels/attn_avx512.cpp;
+    // q8_0_weights_prefetch, kernels/gemm.h).
     bool zen4 = false;
 };
 const CpuFeatures& cpu_features();
