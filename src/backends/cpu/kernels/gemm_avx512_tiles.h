@@ -24,6 +24,7 @@
 
 #include <algorithm>
 
+#include "backends/cpu/kernels/dot_avx512.h"
 #include "backends/cpu/kernels/gemm.h"
 #include "core/quant_blocks.h"
 
@@ -56,8 +57,8 @@ struct Layout {
 
 // Adds NB consecutive blocks (weights at blk, activations at xb) of the NC rows of a tile
 // to acc. Every activation operand is at a constant offset from xb, so vpdpbusd takes it as
-// an embedded-broadcast memory operand. The NB blocks' products are interleaved: NB x NC
-// independent dependency chains. With one block, 8 chains of 8 vpdpbusd (5-cycle latency)
+// an embedded-broadcast memory operand (dpbusd_bcast). The NB blocks' products are
+// interleaved: NB x NC independent dependency chains. With one block, 8 chains of 8 vpdpbusd (5-cycle latency)
 // left the two vector ports idle; two blocks measured +9-14% in the 8-row prompt tile.
 // kPf: the weights stream from memory; ask for them early (gemm.h, prefetch_weights; q8_0
 // generation on Zen 4 leaves it to the hardware, q8_0_weights_prefetch).
@@ -79,7 +80,7 @@ inline void add_blocks(const uint8_t* blk, const uint8_t* xb, __m512 (&acc)[NC])
 #pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) {
             const auto* xq = reinterpret_cast<const int32_t*>(xb + i * kActBlockBytes + 32 * j);
-            sum[i][j] = _mm512_dpbusd_epi32(sum[i][j], w, _mm512_set1_epi32(xq[c]));
+            sum[i][j] = dpbusd_bcast(sum[i][j], w, xq + c);
         }
     };
 #pragma GCC unroll 8

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "backends/cpu/kernels/dot_avx512.h"
 #include "backends/cpu/kernels/gemm.h"
 #include "core/quant_blocks.h"
 
@@ -65,7 +66,7 @@ inline void dot_chunks(__m512i (&sum)[NC], const __m512i* w, const uint8_t* xb) 
 #pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) {
             const auto* xq = reinterpret_cast<const int32_t*>(xb + 32 * j);
-            sum[j] = _mm512_dpbusd_epi32(sum[j], w[c], _mm512_set1_epi32(xq[c]));
+            sum[j] = dpbusd_bcast(sum[j], w[c], xq + c);
         }
     }
 }
