@@ -994,6 +994,36 @@ TEST(AttentionKernels, ExpAndSoftcapMatchLibm) {
     }
 }
 
+// mask_span of every table against the reference, on random masks with every span length and
+// offset around the vector width (tails, no visible key, all visible, one at either end).
+TEST(AttentionKernels, MaskSpanMatchesReference) {
+    std::mt19937 rng(11);
+    const float inf = std::numeric_limits<float>::infinity();
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
+        if (!kiln::cpu::isa_supported(isa)) continue;
+        SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
+        const auto& k = kiln::cpu::attn_kernels(isa);
+        for (int density : {0, 1, 10, 50, 100}) {  // % of keys visible
+            std::vector<float> m(100);
+            for (auto& x : m) x = static_cast<int>(rng() % 100) < density ? (rng() % 2 ? 0.0f : -3.5f) : -inf;
+            for (int64_t lo = 0; lo <= 40; lo += 3) {
+                for (int64_t hi = lo; hi <= 100; hi += 7) {
+                    int64_t first = hi, last = hi, count = 0;
+                    for (int64_t c = lo; c < hi; ++c) {
+                        if (m[c] == -inf) continue;
+                        if (count++ == 0) first = c;
+                        last = c + 1;
+                    }
+                    const kiln::cpu::MaskSpan got = k.mask_span(m.data(), lo, hi);
+                    EXPECT_EQ(got.first, first) << "lo=" << lo << " hi=" << hi << " density=" << density;
+                    EXPECT_EQ(got.last, last) << "lo=" << lo << " hi=" << hi << " density=" << density;
+                    EXPECT_EQ(got.count, count) << "lo=" << lo << " hi=" << hi << " density=" << density;
+                }
+            }
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, CpuOps, ::testing::ValuesIn(kThreads),
                          [](const ::testing::TestParamInfo<int>& p) { return "t" + std::to_string(p.param); });
 

@@ -24,6 +24,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 #include "backends/cpu/kernels/attn_kernels.h"
@@ -320,6 +321,21 @@ float exp_row(float* s, int64_t n, float m) {
     return _mm512_reduce_add_ps(sum);
 }
 
+// 16 mask values per compare; the first and last visible from the lowest and highest set bit.
+MaskSpan mask_span(const float* mask, int64_t lo, int64_t hi) {
+    MaskSpan r{.first = hi, .last = hi, .count = 0};
+    const __m512 hidden = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t j = lo; j < hi; j += 16) {
+        const __mmask16 valid = tail_mask(hi - j);
+        const auto seen = static_cast<uint16_t>(_mm512_mask_cmp_ps_mask(valid, _mm512_maskz_loadu_ps(valid, mask + j), hidden, _CMP_NEQ_UQ));
+        if (seen == 0) continue;
+        if (r.count == 0) r.first = j + std::countr_zero(seen);
+        r.count += std::popcount(seen);
+        r.last = j + 16 - std::countl_zero(seen);
+    }
+    return r;
+}
+
 }  // namespace
 
 namespace detail {
@@ -328,7 +344,8 @@ const AttnKernels& attn_avx512() {
                                .k_transpose = k_transpose,
                                .v_rows = v_rows,
                                .score_row = score_row,
-                               .exp_row = exp_row};
+                               .exp_row = exp_row,
+                               .mask_span = mask_span};
     return k;
 }
 }  // namespace detail

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "backends/cpu/kernels/kernels.h"
 #include "core/float_convert.h"
@@ -77,12 +78,31 @@ using AttnScoreRowFn = float (*)(float* s, const float* mask, int64_t n, float s
 // s[j] = exp(s[j] - m) for j < n (exp(-inf) = 0); returns the sum. m is finite.
 using AttnExpRowFn = float (*)(float* s, int64_t n, float m);
 
+// The visible keys (mask value not -inf) of mask[lo, hi): the first, one past the last (both
+// hi when none is visible) and how many there are.
+struct MaskSpan {
+    int64_t first = 0, last = 0, count = 0;
+};
+using AttnMaskSpanFn = MaskSpan (*)(const float* mask, int64_t lo, int64_t hi);
+
+// The reference (tables of instruction sets without a vector version use it).
+inline MaskSpan mask_span_scalar(const float* mask, int64_t lo, int64_t hi) {
+    MaskSpan r{.first = hi, .last = hi, .count = 0};
+    for (int64_t c = lo; c < hi; ++c) {
+        if (mask[c] == -std::numeric_limits<float>::infinity()) continue;
+        if (r.count++ == 0) r.first = c;
+        r.last = c + 1;
+    }
+    return r;
+}
+
 struct AttnKernels {
     AttnGemmFn gemm = nullptr;
     AttnKTransposeFn k_transpose = nullptr;
     AttnVRowsFn v_rows = nullptr;
     AttnScoreRowFn score_row = nullptr;
     AttnExpRowFn exp_row = nullptr;
+    AttnMaskSpanFn mask_span = mask_span_scalar;
 };
 
 // The table of an instruction set (the scalar one where the set has none).
