@@ -39,7 +39,14 @@ void KPanels::gather(const void* data, int64_t c, int64_t h, int64_t d0, void* e
     const size_t eb = elem_bytes(), step = tile_row_bytes();
     const uint8_t* src = tile(data, c, h) + static_cast<size_t>(c % kKPanelCells) * eb + static_cast<size_t>(d0) * step;
     auto* dst = static_cast<uint8_t*>(elems);
-    for (int64_t d = 0; d < n; ++d) std::memcpy(dst + static_cast<size_t>(d) * eb, src + static_cast<size_t>(d) * step, eb);
+    // Fixed-size copies (one 2- or 4-byte move each): with the size a run-time value GCC copied
+    // byte by byte, and batched decoding gathers every visible key this way (3% of a 32-sequence
+    // step, perf).
+    if (eb == 2) {
+        for (int64_t d = 0; d < n; ++d) std::memcpy(dst + 2 * d, src + static_cast<size_t>(d) * step, 2);
+    } else {
+        for (int64_t d = 0; d < n; ++d) std::memcpy(dst + 4 * d, src + static_cast<size_t>(d) * step, 4);
+    }
 }
 
 }  // namespace kiln
