@@ -2,13 +2,13 @@
 // algorithm. Only called once isa_supported(Isa::Avx512) holds.
 //
 //  * gemm: register tiles of 8 rows x 32 columns (16 accumulators); A's
-//    elements are broadcast (as the FMAs' memory operands), B's rows loaded
-//    (and converted) as vectors, so up to 8 query rows convert each V
-//    element once and neither operand
-//    is transposed inside the loop. Q K^T therefore wants K transposed, which
-//    k_transpose does once per key block while converting it to float (16 x 16
-//    tiles, see k_tile16); the block is then reused by every query row of the
-//    tile (n_rep heads x the tokens of the query block).
+//    elements are broadcast (on Zen 4 as the FMAs' memory operands), B's rows
+//    loaded (and converted) as vectors, so up to 8 query rows convert each V
+//    element once and neither operand is transposed inside the loop. Q K^T
+//    therefore wants K transposed, which k_transpose does once per key block
+//    while converting it to float (16 x 16 tiles, see k_tile16); the block is
+//    then reused by every query row of the tile (n_rep heads x the tokens of
+//    the query block).
 //  * exp: range reduction x = n ln2 + r (|r| <= ln2/2, ln2 split in two
 //    parts), exp(r) = 1 + r + r^2 P(r) with the degree-5 minimax polynomial
 //    of the Cephes expf, then scaling by 2^n; within 4e-7 relative (a few
@@ -160,9 +160,10 @@ using TileFn = void (*)(int64_t, const float*, int64_t, const uint8_t*, size_t, 
 template <Type T, int RB, int64_t LDA, bool kEmbed>
 constexpr TileFn kTilesOfRows[2] = {gemm_tile<RB, 1, T, LDA, kEmbed>, gemm_tile<RB, 2, T, LDA, kEmbed>};
 template <Type T, int64_t LDA, bool kEmbed>
-constexpr const TileFn* kTiles[8] = {kTilesOfRows<T, 1, LDA, kEmbed>, kTilesOfRows<T, 2, LDA, kEmbed>, kTilesOfRows<T, 3, LDA, kEmbed>,
-                                     kTilesOfRows<T, 4, LDA, kEmbed>, kTilesOfRows<T, 5, LDA, kEmbed>, kTilesOfRows<T, 6, LDA, kEmbed>,
-                                     kTilesOfRows<T, 7, LDA, kEmbed>, kTilesOfRows<T, 8, LDA, kEmbed>};
+constexpr const TileFn* kTiles[8] = {
+    kTilesOfRows<T, 1, LDA, kEmbed>, kTilesOfRows<T, 2, LDA, kEmbed>, kTilesOfRows<T, 3, LDA, kEmbed>,
+    kTilesOfRows<T, 4, LDA, kEmbed>, kTilesOfRows<T, 5, LDA, kEmbed>, kTilesOfRows<T, 6, LDA, kEmbed>,
+    kTilesOfRows<T, 7, LDA, kEmbed>, kTilesOfRows<T, 8, LDA, kEmbed>};
 
 // The first tile issues the prefetches (its loop over K runs while the rest of B is read).
 template <Type T, bool kEmbed>
@@ -172,7 +173,8 @@ void gemm_t(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const 
         const int64_t cb = std::min<int64_t>(2, (N - j) / 16);
         for (int64_t r = 0; r < M; r += 8) {
             const int64_t rb = std::min<int64_t>(8, M - r);
-            const TileFn* const* tiles = lda == 64 ? kTiles<T, 64, kEmbed> : lda == 128 ? kTiles<T, 128, kEmbed> : kTiles<T, 0, kEmbed>;
+            const TileFn* const* tiles =
+                lda == 64 ? kTiles<T, 64, kEmbed> : lda == 128 ? kTiles<T, 128, kEmbed> : kTiles<T, 0, kEmbed>;
             tiles[rb - 1][cb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc, beta ? beta + r : nullptr,
                                   j == 0 && r == 0 ? pf : nullptr);
         }
@@ -327,7 +329,8 @@ MaskSpan mask_span(const float* mask, int64_t lo, int64_t hi) {
     const __m512 hidden = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     for (int64_t j = lo; j < hi; j += 16) {
         const __mmask16 valid = tail_mask(hi - j);
-        const auto seen = static_cast<uint16_t>(_mm512_mask_cmp_ps_mask(valid, _mm512_maskz_loadu_ps(valid, mask + j), hidden, _CMP_NEQ_UQ));
+        const __m512 m = _mm512_maskz_loadu_ps(valid, mask + j);
+        const auto seen = static_cast<uint16_t>(_mm512_mask_cmp_ps_mask(valid, m, hidden, _CMP_NEQ_UQ));
         if (seen == 0) continue;
         if (r.count == 0) r.first = j + std::countr_zero(seen);
         r.count += std::popcount(seen);

@@ -152,8 +152,9 @@ inline void prefetch_far(const uint8_t* p, bool all_levels) {
 // buffers from it. kiln-bench tg32 on the 1b F16 model, 2 threads, 3 alternated pairs (t/s,
 // with -> without): AVX-512 13.2-14.5 -> 17.4-19.8, AVX2 kernels (KILN_CPU=avx2) 13.8-14.3 ->
 // 15.5-20.5. The q4_0 and K-quant tiles still need theirs there (without: Q4_K_M 41-50 -> 27-31
-// t/s; Q8_0 26-32 -> 11 while its tiles read blocks in pairs, see q8_0_weights_prefetch). On Zen 5 likewise: F16 generation with the Zen 5 requests
-// (prefetcht0 8 or 16 KiB ahead) or the Zen 4 ones took 1.02-1.06 x the time without.
+// t/s; Q8_0 26-32 -> 11 while its tiles read blocks in pairs, see q8_0_weights_prefetch). On
+// Zen 5 likewise: F16 generation with the Zen 5 requests (prefetcht0 8 or 16 KiB ahead) or the
+// Zen 4 ones took 1.02-1.06 x the time without.
 inline bool float_weights_prefetch() {
     static const bool on = !cpu_features().amd;  // constant for the process
     return on;

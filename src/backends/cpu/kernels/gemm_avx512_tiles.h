@@ -58,8 +58,9 @@ struct Layout {
 // Adds NB consecutive blocks (weights at blk, activations at xb) of the NC rows of a tile
 // to acc. Every activation operand is at a constant offset from xb, so vpdpbusd takes it as
 // an embedded-broadcast memory operand (dpbusd_bcast). The NB blocks' products are
-// interleaved: NB x NC independent dependency chains. With one block, 8 chains of 8 vpdpbusd (5-cycle latency)
-// left the two vector ports idle; two blocks measured +9-14% in the 8-row prompt tile.
+// interleaved: NB x NC independent dependency chains. With one block, 8 chains of 8 vpdpbusd
+// (5-cycle latency) left the two vector ports idle; two blocks measured +9-14% in the 8-row
+// prompt tile.
 // kPf: the weights stream from memory; ask for them early (gemm.h, prefetch_weights; q8_0
 // generation on Zen 4 leaves it to the hardware, q8_0_weights_prefetch).
 template <bool kQ4, class Unpack, int NC, int NB, bool kPf>
