@@ -799,10 +799,37 @@ Tensor* k_panel_cache(Harness& h, const AttnCase& c, const std::vector<float>& k
     return h.g.leaf(c.kv_type, {row, cells, 1, 1}, "k_cache", d);
 }
 
+// Values rounded to BF16 (what the BF16 attention products see).
+std::vector<float> bf16_round(std::vector<float> v, float scale = 1.0f) {
+    for (float& x : v) x = kiln::bf16_to_fp32(kiln::fp32_to_bf16(x * scale));
+    return v;
+}
+
+// Each value within atol + rtol |want| of `want` or within atol_b + rtol_b |want_b| of `want_b`:
+// attention in fast precision computes the rows of large query blocks with BF16 products and the
+// others (small blocks, gathered keys) in F32, and which rows take which path is the op's plan.
+::testing::AssertionResult close_either(const std::vector<float>& got, const std::vector<double>& want, double atol,
+                                        double rtol, const std::vector<double>& want_b, double atol_b, double rtol_b) {
+    size_t bad = 0;
+    std::ostringstream first;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double g = got[i];
+        const bool ok = std::isfinite(g) && (std::fabs(g - want[i]) <= atol + rtol * std::fabs(want[i]) ||
+                                             std::fabs(g - want_b[i]) <= atol_b + rtol_b * std::fabs(want_b[i]));
+        if (!ok && bad++ < 5) first << "  [" << i << "] got " << g << " want " << want[i] << " or " << want_b[i] << "\n";
+    }
+    if (bad) return ::testing::AssertionFailure() << bad << " of " << got.size() << " values off:\n" << first.str();
+    return ::testing::AssertionSuccess();
+}
+
 // Runs one case through a graph on nth threads and checks it against the double-precision reference;
-// k_panels: K stored in panels rather than rows.
-void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& rng, bool k_panels = false) {
-    SCOPED_TRACE(attn_label(c) + (q_permuted ? " q permuted" : "") + (k_panels ? " k panels" : ""));
+// k_panels: K stored in panels rather than rows. prec: the backend's precision; in Fast mode on an
+// instruction set with BF16 attention products, rows may instead match the reference computed from
+// Q (scaled), K and V rounded to BF16 (only P's rounding, 2^-9 relative per weight, is left then).
+void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& rng, bool k_panels = false,
+                     MatmulPrecision prec = MatmulPrecision::Precise) {
+    SCOPED_TRACE(attn_label(c) + (q_permuted ? " q permuted" : "") + (k_panels ? " k panels" : "") +
+                 (prec == MatmulPrecision::Fast ? " fast" : ""));
     const Shape q_ne{c.hd, c.n_head, c.n_tokens, 1};
     const auto qv = randn(rng, numel(q_ne));
     // The caches hold n_cells rows of [hd * n_head_kv]; attention sees the first n_kv cells through a
@@ -810,7 +837,7 @@ void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& 
     const auto kf = randn(rng, c.hd * c.n_head_kv * c.n_cells);
     const auto vf = randn(rng, c.hdv * c.n_head_kv * c.n_cells);
     const auto mask = make_mask(c, rng);
-    Harness h(nth);
+    Harness h(nth, prec);
     Tensor* kc = k_panels ? k_panel_cache(h, c, kf) : h.typed(c.kv_type, c.hd * c.n_head_kv, c.n_cells, kf, 1, "k_cache");
     Tensor* vc = h.typed(c.kv_type, c.hdv * c.n_head_kv, c.n_cells, vf, 1, "v_cache");
     const size_t k_head = kiln::row_size(c.kv_type, c.hd), v_head = kiln::row_size(c.kv_type, c.hdv);
@@ -826,7 +853,15 @@ void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& 
     const auto vd = dequant_rows(c.kv_type, vf, c.hdv * c.n_head_kv);
     // Float dot products over hd and an online softmax in float: outputs are averages of
     // values ~N(0,1), accurate to a few 1e-7; 2e-5 leaves room for exp() of scores ~ +-10.
-    EXPECT_TRUE(close(read(out), ref_attention(c, qv, kd, vd, mask, scale), 2e-5, 1e-5));
+    const auto want = ref_attention(c, qv, kd, vd, mask, scale);
+    if (prec == MatmulPrecision::Fast && kiln::cpu::attn_kernels(kiln::cpu::selected_isa()).gemm_bf16) {
+        // P rounded to BF16 (2^-9) against a sum of unrounded weights: outputs within ~2^-8 of
+        // the mean |v| they weigh, a few 1e-3 for values ~N(0,1).
+        const auto want_b = ref_attention(c, bf16_round(qv, scale), bf16_round(kd), bf16_round(vd), mask, 1.0);
+        EXPECT_TRUE(close_either(read(out), want, 2e-5, 1e-5, want_b, 4e-3, 4e-3));
+    } else {
+        EXPECT_TRUE(close(read(out), want, 2e-5, 1e-5));
+    }
 }
 
 // Small odd shapes: every KV type, head size (odd ones for the float types), GQA ratio, mask and
@@ -857,6 +892,7 @@ TEST_P(CpuOps, Attention) {
         for (const AttnCase& c : cases) {
             check_attention(c, nth, false, rng);
             if (kiln::k_panels_supported(c.kv_type)) check_attention(c, nth, false, rng, true);
+            check_attention(c, nth, false, rng, kiln::k_panels_supported(c.kv_type), MatmulPrecision::Fast);
             // q's strides are handled before the kernels: one instruction set is enough
             if (isa == isas.front()) check_attention(c, nth, true, rng);
         }
@@ -896,6 +932,9 @@ TEST_P(CpuOps, AttentionLong) {
         for (const AttnCase& c : cases) {
             check_attention(c, nth, false, rng);
             if (kiln::k_panels_supported(c.kv_type)) check_attention(c, nth, false, rng, true);
+            for (bool panels : {false, true}) {
+                if (!panels || kiln::k_panels_supported(c.kv_type)) check_attention(c, nth, false, rng, panels, MatmulPrecision::Fast);
+            }
         }
     }
 }
@@ -1022,6 +1061,111 @@ TEST(AttentionKernels, MaskSpanMatchesReference) {
             }
         }
     }
+}
+
+// The BF16 product kernels against the reference: bf16_pairs bit-exact with rounding each element
+// (as the type's loader reads it) to nearest even, from every native type, odd row and column
+// counts; gemm_bf16 against double sums of the same rounded values, with and without beta, odd
+// tile edges (rows and pair counts), columns of 1 to 5 vectors and strided operands.
+TEST(AttentionKernels, Bf16ProductsMatchReference) {
+    std::mt19937 rng(13);
+    bool ran = false;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
+        if (!kiln::cpu::isa_supported(isa)) continue;
+        const auto& k = kiln::cpu::attn_kernels(isa);
+        ASSERT_EQ(k.gemm_bf16 == nullptr, k.bf16_pairs == nullptr);
+        ASSERT_EQ(k.gemm_bf16 == nullptr, k.exp_row_bf16 == nullptr);
+        if (!k.gemm_bf16) continue;
+        ran = true;
+        SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
+        // exp_row_bf16: within BF16 rounding (2^-9) and the coarse exp of exp(s - m), exactly 0 for
+        // masked keys and far below, the odd count's partner 0, s untouched, the sum of the values.
+        for (int64_t n : {1, 15, 16, 17, 33, 128}) {
+            std::vector<float> sv(static_cast<size_t>(n));
+            for (int64_t j = 0; j < n; ++j) sv[j] = -30.0f + 33.0f * static_cast<float>(j) / static_cast<float>(n) - 0.37f;
+            if (n > 3) sv[2] = -std::numeric_limits<float>::infinity();
+            if (n > 5) sv[4] = -95.0f;
+            const std::vector<float> s0 = sv;
+            std::vector<uint16_t> pb(static_cast<size_t>(n + 2), 0xffff);
+            const float sum = k.exp_row_bf16(sv.data(), n, 2.5f, pb.data());
+            EXPECT_EQ(sv, s0);
+            double want_sum = 0;
+            for (int64_t j = 0; j < n; ++j) {
+                const double want = std::exp(static_cast<double>(sv[j] - 2.5f));
+                want_sum += want;
+                const float got = kiln::bf16_to_fp32(pb[j]);
+                if (want < 1.2e-38) {
+                    EXPECT_EQ(got, 0.0f) << "n=" << n << " j=" << j;
+                } else {
+                    EXPECT_NEAR(got, want, want * (1.0 / 256)) << "n=" << n << " j=" << j;
+                }
+            }
+            if (n % 2) {
+                EXPECT_EQ(pb[n], 0) << "n=" << n;
+            }
+            EXPECT_NEAR(sum, want_sum, want_sum * 1e-4) << "n=" << n;
+        }
+        for (Type t : {Type::F32, Type::F16, Type::BF16, Type::Q8_0}) {
+            for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7}, {2, 16}, {7, 33}, {64, 64}, {13, 96}}) {
+                if (t == Type::Q8_0 && cols % 32) continue;
+                SCOPED_TRACE(std::string(kiln::type_name(t)) + " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols));
+                const auto v = randn(rng, rows * cols);
+                const auto raw = quantize_rows(t, v, cols);
+                const auto vals = dequantize_rows(t, raw, cols);  // what the loaders read
+                const size_t stride = kiln::row_size(t, cols) + 64;  // rows apart by more than their size
+                std::vector<uint8_t> src(stride * static_cast<size_t>(rows));
+                for (int64_t i = 0; i < rows; ++i) {
+                    std::memcpy(src.data() + i * stride, raw.data() + i * kiln::row_size(t, cols), kiln::row_size(t, cols));
+                }
+                const int64_t cp = kiln::cpu::attn_pad(cols), ld = cp + 16;
+                std::vector<uint32_t> got(static_cast<size_t>((rows + 1) / 2 * ld), 0xdeadbeefu);
+                k.bf16_pairs(t, src.data(), stride, rows, cols, got.data(), ld);
+                for (int64_t i = 0; i < rows; i += 2)
+                    for (int64_t c = 0; c < cp; ++c) {
+                        auto half = [&](int64_t r) -> uint32_t {
+                            return r < rows && c < cols ? kiln::fp32_to_bf16(vals[r * cols + c]) : 0u;
+                        };
+                        ASSERT_EQ(got[(i / 2) * ld + c], half(i) | half(i + 1) << 16) << "row " << i << " col " << c;
+                    }
+            }
+        }
+        for (int64_t M : {1, 5, 8, 13}) {
+            for (int64_t N : {16, 32, 48, 80}) {
+                for (int64_t Kp : {1, 7, 32, 33}) {
+                    for (bool with_beta : {false, true}) {
+                        SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N) + " Kp=" + std::to_string(Kp));
+                        const int64_t lda = Kp + 3, ldb = N + 16, ldc = N + 5;
+                        std::vector<uint32_t> A(static_cast<size_t>(M * lda)), B(static_cast<size_t>(Kp * ldb));
+                        for (auto& x : A) x = kiln::fp32_to_bf16(randn(rng, 1)[0]) | uint32_t{kiln::fp32_to_bf16(randn(rng, 1)[0])} << 16;
+                        for (auto& x : B) x = kiln::fp32_to_bf16(randn(rng, 1)[0]) | uint32_t{kiln::fp32_to_bf16(randn(rng, 1)[0])} << 16;
+                        const auto c0 = randn(rng, M * ldc);
+                        std::vector<float> beta(static_cast<size_t>(M));
+                        for (int64_t r = 0; r < M; ++r) beta[r] = 0.25f * static_cast<float>(r % 4);
+                        std::vector<float> C = c0;
+                        k.gemm_bf16(M, N, Kp, A.data(), lda, B.data(), ldb, C.data(), ldc, with_beta ? beta.data() : nullptr);
+                        auto lo = [](uint32_t w) { return static_cast<double>(kiln::bf16_to_fp32(static_cast<uint16_t>(w))); };
+                        auto hi = [](uint32_t w) { return static_cast<double>(kiln::bf16_to_fp32(static_cast<uint16_t>(w >> 16))); };
+                        for (int64_t r = 0; r < M; ++r) {
+                            for (int64_t j = 0; j < ldc; ++j) {
+                                if (j >= N) {  // past N: untouched
+                                    ASSERT_EQ(C[r * ldc + j], c0[r * ldc + j]);
+                                    continue;
+                                }
+                                double want = with_beta ? static_cast<double>(c0[r * ldc + j]) * beta[r] : 0.0, mag = std::fabs(want);
+                                for (int64_t q = 0; q < Kp; ++q) {
+                                    const uint32_t a = A[r * lda + q], b = B[q * ldb + j];
+                                    want += lo(a) * lo(b) + hi(a) * hi(b);
+                                    mag += std::fabs(lo(a) * lo(b)) + std::fabs(hi(a) * hi(b));
+                                }
+                                ASSERT_NEAR(C[r * ldc + j], want, 1e-6 * mag + 1e-30) << "r=" << r << " j=" << j;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (!ran) GTEST_SKIP() << "no instruction set here has BF16 attention products";
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CpuOps, ::testing::ValuesIn(kThreads),

@@ -22,6 +22,9 @@ namespace kiln {
 //           reference closely; costs twice the integer work, nothing extra in memory traffic.
 //  Auto:    Precise for batches of up to kAutoPreciseRows rows (generation, which is bound by
 //           memory bandwidth, so the second pass is free), Fast for larger batches (prompts).
+// Attention follows the same setting on the CPU: Fast computes its two products in BF16 where
+// the CPU's BF16 products outrun its F32 FMAs (kernels/attn_kernels.h); Precise stays F32, and
+// Auto is Precise for up to kAutoPreciseRows query tokens.
 enum class MatmulPrecision : uint8_t { Auto, Fast, Precise };
 constexpr int64_t kAutoPreciseRows = 16;
 

@@ -62,12 +62,16 @@ bool rows_f32(const Tensor* t) { return t && t->type == Type::F32 && t->nb[0] ==
 
 }  // namespace
 
-bool CpuBackend::precise_matmul(const Tensor& n) const {
-    if (n.op != Op::MulMat) return false;
+bool CpuBackend::precise(const Tensor& n) const {
+    // the rows of a product's activations, the query tokens of an attention
+    int64_t rows = 0;
+    if (n.op == Op::MulMat) rows = n.src[1]->nrows();
+    else if (n.op == Op::Attention) rows = n.src[0]->ne[2];
+    else return false;
     switch (precision_) {
         case MatmulPrecision::Fast: return false;
         case MatmulPrecision::Precise: return true;
-        case MatmulPrecision::Auto: return n.src[1]->nrows() <= kAutoPreciseRows;
+        case MatmulPrecision::Auto: return rows <= kAutoPreciseRows;
     }
     return false;
 }
@@ -115,7 +119,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
     for (const Tensor* n : nodes) {
         if (n->op == Op::View || n->op == Op::None) continue;
         if (!op_fn(n->op)) throw std::runtime_error("CPU backend: op " + std::string(op_name(n->op)) + " of '" + n->name + "' is not supported");
-        need = std::max(need, scratch_bytes(*n, nth, precise_matmul(*n)));
+        need = std::max(need, scratch_bytes(*n, nth, precise(*n)));
     }
     if (scratch_.size() < need) scratch_.resize(need);
     const bool profiling = profiling_;
@@ -134,7 +138,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
             const Tensor* n = nodes[i];
             const OpFn fn = op_fn(n->op);
             if (!fn) continue;  // views: nothing to compute
-            ctx.precise = precise_matmul(*n);
+            ctx.precise = precise(*n);
             if (!profiling) {
                 fn(*n, ctx);
                 pool_.barrier();

@@ -36,7 +36,8 @@ public:
     std::vector<OpTime> op_times() const { return profile_.rows(); }
 
 private:
-    bool precise_matmul(const Tensor& node) const;
+    // ComputeContext::precise for a node (MulMat, Attention) under precision_
+    bool precise(const Tensor& node) const;
     MatmulPrecision precision_;
     ThreadPool pool_;
     std::vector<uint8_t> scratch_;  // grows to the largest need seen

@@ -110,6 +110,9 @@ struct AttnPlan {
     // Per-thread regions, in floats from the thread's base.
     size_t q_off = 0, kt_off = 0, v_off = 0, s_off = 0, o_off = 0, stat_off = 0, stage_off = 0, range_off = 0;
     size_t gather_off = 0;  // gathered keys: cell indices [bk] (int64), mask values [bk], raw rows [bk, max(hd, hdv)]
+    // BF16 products (fast precision): Q [M, hp], K^T [hp, bk], P [M, bk / 2] and V [bk / 2, ldv] in pairs
+    size_t qb_off = 0, kb_off = 0, pb_off = 0, vb_off = 0;
+    int64_t hp = 0;  // pairs per Q / K row: (hd + 1) / 2
     size_t per_thread = 0;
     size_t partial_floats = 0;  // per item when n_split > 1: O [M, ldv], then m [M] and l [M]
 
@@ -164,6 +167,11 @@ AttnPlan make_plan(const Tensor& t, int nth) {
     take(p.stage_off, p.staged ? p.bk * std::max(p.hd, p.hdv) : 0);
     take(p.range_off, 2 * p.bq * static_cast<int64_t>(sizeof(int64_t) / sizeof(float)));
     take(p.gather_off, p.bk * (3 + std::max(p.hd, p.hdv)));
+    p.hp = (p.hd + 1) / 2;
+    take(p.qb_off, M * p.hp);
+    take(p.kb_off, p.hp * p.bk);
+    take(p.pb_off, M * p.bk / 2);
+    take(p.vb_off, p.bk / 2 * p.ldv);
     p.per_thread = off;
     p.partial_floats = p.n_split > 1 ? line_floats(M * p.ldv + 2 * M) : 0;
     return p;
@@ -216,21 +224,54 @@ void attend_k_panels(const Tensor& k, const AttnPlan& p, const AttnKernels& kern
     }
 }
 
+// Rows of n floats as BF16 pairs (an odd n's last pair takes a zero).
+void rows_to_bf16(FromFloatFn conv, const float* x, int64_t ldx, int64_t rows, int64_t n, uint32_t* dst, int64_t ld) {
+    for (int64_t r = 0; r < rows; ++r) {
+        auto* out = reinterpret_cast<uint16_t*>(dst + r * ld);
+        conv(x + r * ldx, out, n);
+        if (n % 2) out[n] = 0;
+    }
+}
+
+// K^T of the keys c0 .. c0 + nk of KV head hk in BF16 pairs, KB [hp, bk] (columns nk .. attn_pad(nk)
+// zeros, or for K panels the cells past the block, whose scores are never used).
+void k_block_bf16(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, int64_t c0, int64_t nk, int64_t hk,
+                  float* KT, float* stage, uint32_t* KB) {
+    const int64_t hd = p.hd, bk = p.bk, nkp = attn_pad(nk);
+    if (p.k_panels) {  // the panels are K^T already: pairs of their rows
+        for (int64_t j = 0; j < nkp; j += kKPanelCells) {
+            kern.bf16_pairs(k.type, p.kp.tile(k.data, c0 + j, hk), p.kp.tile_row_bytes(), hd,
+                            std::min(kKPanelCells, nkp - j), KB + j, bk);
+        }
+        return;
+    }
+    const uint8_t* krows = k.row(hk, c0);
+    if (p.staged) {
+        for (int64_t i = 0; i < nk; ++i) dequantize_row(k.type, krows + i * k.nb[2], stage + i * hd, hd);
+        kern.k_transpose(Type::F32, reinterpret_cast<const uint8_t*>(stage), hd * sizeof(float), nk, hd, KT, bk);
+    } else {
+        kern.k_transpose(k.type, krows, k.nb[2], nk, hd, KT, bk);
+    }
+    kern.bf16_pairs(Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), hd, nkp, KB, bk);
+}
+
 // One row of a block's scores through the online softmax: s = softcap(s) + mask, then exp(s - running
 // max); mx and sum are the row's running max and sum, corr the factor its output must be scaled by
 // before this block's P V is added. False (P = 0, corr = 1) when the row sees no key of the block.
+// pb: P goes there in BF16 (nk rounded up to even: BF16 pairs) instead of over s.
 bool softmax_block_row(const AttnKernels& kern, float* s, const float* mask, int64_t nk, float softcap, float& mx,
-                       float& sum, float& corr) {
+                       float& sum, float& corr, uint16_t* pb) {
     const float bmax = kern.score_row(s, mask, nk, softcap);
     if (bmax == kNegInf) {
-        std::fill(s, s + nk, 0.0f);
+        if (pb) std::fill(pb, pb + (nk + 1) / 2 * 2, uint16_t{0});
+        else std::fill(s, s + nk, 0.0f);
         corr = 1.0f;
         return false;
     }
     const float m_new = std::max(mx, bmax);
     corr = std::exp(mx - m_new);  // 0 on the row's first visible block
     mx = m_new;
-    sum = sum * corr + kern.exp_row(s, nk, m_new);
+    sum = sum * corr + (pb ? kern.exp_row_bf16(s, nk, m_new, pb) : kern.exp_row(s, nk, m_new));
     return true;
 }
 
@@ -278,7 +319,7 @@ void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern
         kern.gemm(M, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr,
                   nullptr);
         bool any_row = false;
-        for (int64_t r = 0; r < M; ++r) any_row |= softmax_block_row(kern, S + r * bk, gmask, nk, t.fparams[1], mx[r], sum[r], corr[r]);
+        for (int64_t r = 0; r < M; ++r) any_row |= softmax_block_row(kern, S + r * bk, gmask, nk, t.fparams[1], mx[r], sum[r], corr[r], nullptr);
         if (!any_row) continue;
         for (int64_t i = 0; i < nk; ++i) {
             uint8_t* dst = raw + static_cast<size_t>(i) * vrb;
@@ -296,8 +337,9 @@ float* aligned_base(uint8_t* scratch) {
 
 // One item: query block qb against KV head hk over key range `split`. Writes the normalized output
 // rows, or (n_split > 1) the unnormalized partial O with its running max and sum.
+// fast: BF16 products where the kernels have them (query blocks of more than 8 rows).
 void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, float* partial,
-                 int64_t qb, int64_t hk, int64_t split) {
+                 int64_t qb, int64_t hk, int64_t split, bool fast) {
     const Tensor& q = *t.src[0];  // [hd, n_head, n_tokens] F32
     const Tensor& k = *t.src[1];  // [hd, n_head_kv, n_kv]
     const Tensor& v = *t.src[2];  // [hdv, n_head_kv, n_kv]
@@ -324,6 +366,15 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             for (int64_t d = 0; d < hd; ++d) dst[d] = src[d] * scale;
         }
     }
+    // BF16 products: Q rounded once per item; K, P (exp_row_bf16) and V per block (the gathered
+    // path stays F32).
+    const FromFloatFn to_bf16 = fast && kern.gemm_bf16 && kern.exp_row_bf16 && M > 8 ? native_from_float(Type::BF16) : nullptr;
+    const int64_t hp = p.hp;
+    auto* QB = reinterpret_cast<uint32_t*>(w + p.qb_off);  // [M, hp]
+    auto* KB = reinterpret_cast<uint32_t*>(w + p.kb_off);  // [hp, bk]
+    auto* PB = reinterpret_cast<uint32_t*>(w + p.pb_off);  // [M, bk / 2]
+    auto* VB = reinterpret_cast<uint32_t*>(w + p.vb_off);  // [bk / 2, ldv]
+    if (to_bf16) rows_to_bf16(to_bf16, Q, hd, M, hd, QB, hp);
     std::fill(O, O + M * ldv, 0.0f);
     std::fill(mx, mx + M, kNegInf);
     std::fill(sum, sum + M, 0.0f);
@@ -376,24 +427,34 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
         // as stored (generation) spread the requests over their loops (AttnPrefetch); the others
         // take them in two bursts, K before Q K^T and V after it.
         const int64_t n_next = c1 < last ? std::min(bk, last - c1) : 0;
-        if (p.k_panels) {
+        if (to_bf16) {
+            if (n_next > 0 && p.k_panels) {
+                for (int64_t j = 0; j < n_next; j += kKPanelCells) prefetch_rows(p.kp.tile(k.data, c1 + j, hk), 0, 1, p.kp.tile_bytes());
+            } else if (n_next > 0) {
+                prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
+            }
+            k_block_bf16(k, p, kern, c0, nk, hk, KT, stage, KB);
+            kern.gemm_bf16(Mb, attn_pad(nk), hp, QB + r0 * hp, hp, KB, bk, S + r0 * bk, bk, nullptr);
+        } else if (p.k_panels) {
             attend_k_panels(k, p, kern, c0, nk, hk, n_next, Q + r0 * hd, Mb, KT, S + r0 * bk);
         } else {
             if (n_next > 0) prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
             attend_k_rows(k, p, kern, c0, nk, hk, Q + r0 * hd, Mb, KT, stage, S + r0 * bk);
         }
-        const bool v_direct = !p.staged && (v.type == Type::F32 || Mb <= 8);
+        const bool v_direct = !to_bf16 && !p.staged && (v.type == Type::F32 || Mb <= 8);
         if (n_next > 0 && !v_direct) prefetch_rows(v.row(hk, c1), v.nb[2], n_next, row_size(v.type, hdv));
 
         bool any_row = false;
         for (int64_t r = r0; r < r0 + Mb; ++r) {
             const int64_t tt = r / n_rep;
             float* s = S + r * bk;
+            auto* pb = to_bf16 ? reinterpret_cast<uint16_t*>(PB + r * (bk / 2)) : nullptr;
             if (range[2 * tt] < c1 && range[2 * tt + 1] > c0) {
                 const auto* m = reinterpret_cast<const float*>(mask.row(t0 + tt)) + c0;
-                any_row |= softmax_block_row(kern, s, m, nk, softcap, mx[r], sum[r], corr[r]);
+                any_row |= softmax_block_row(kern, s, m, nk, softcap, mx[r], sum[r], corr[r], pb);
             } else {
-                std::fill(s, s + nk, 0.0f);
+                if (pb) std::fill(pb, pb + (nk + 1) / 2 * 2, uint16_t{0});
+                else std::fill(s, s + nk, 0.0f);
                 corr[r] = 1.0f;
             }
         }
@@ -403,6 +464,16 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
         // converts each element once; many rows would convert it once per row group, so a float
         // tile is made first.
         const uint8_t* vrows = v.row(hk, c0);
+        if (to_bf16) {
+            if (p.staged) {
+                for (int64_t i = 0; i < nk; ++i) dequantize_row(v.type, vrows + i * v.nb[2], stage + i * hdv, hdv);
+                kern.bf16_pairs(Type::F32, reinterpret_cast<const uint8_t*>(stage), hdv * sizeof(float), nk, hdv, VB, ldv);
+            } else {
+                kern.bf16_pairs(v.type, vrows, v.nb[2], nk, hdv, VB, ldv);
+            }
+            kern.gemm_bf16(Mb, ldv, (nk + 1) / 2, PB + r0 * (bk / 2), bk / 2, VB, ldv, O + r0 * ldv, ldv, corr + r0);
+            continue;
+        }
         if (v_direct) {
             const AttnPrefetch next{.first = n_next > 0 ? v.row(hk, c1) : nullptr, .stride = v.nb[2], .rows = n_next,
                                     .row_bytes = row_size(v.type, hdv)};
@@ -480,7 +551,7 @@ void op_attention(const Tensor& t, ComputeContext& ctx) {
     for (int64_t i = ctx.ith; i < p.n_items(); i += ctx.nth) {
         const int64_t split = i % p.n_split, rest = i / p.n_split;
         const int64_t hk = rest % p.n_head_kv, qb = rest / p.n_head_kv;
-        attend_item(t, p, kern, w, p.n_split > 1 ? partials + i * p.partial_floats : nullptr, qb, hk, split);
+        attend_item(t, p, kern, w, p.n_split > 1 ? partials + i * p.partial_floats : nullptr, qb, hk, split, !ctx.precise);
     }
     if (p.n_split == 1) return;
     ctx.barrier();

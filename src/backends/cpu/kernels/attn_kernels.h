@@ -11,6 +11,9 @@
 //       O = O * corr + P V                 gemm with per-row beta, V read
 //                                          as stored (or as a float tile)
 //
+// In fast precision, on CPUs whose BF16 products outrun their F32 FMAs, the two products of
+// query blocks with more than 8 rows run in BF16 instead (gemm_bf16: Q and K, P and V rounded).
+//
 // Every float matrix is row-major, with the leading dimension in floats.
 // Column counts given to gemm are multiples of kAttnLanes and the tiles are
 // padded to that, so the vector code needs no column tails.
@@ -96,6 +99,24 @@ inline MaskSpan mask_span_scalar(const float* mask, int64_t lo, int64_t hi) {
     return r;
 }
 
+// BF16 products (fast precision, op_attention): both operands rounded to BF16, products summed in
+// float. Operands are in BF16 pairs: one 32-bit word holds elements 2p (low half) and 2p + 1
+// (high half) along the product's inner dimension, which is what vdpbf16ps multiplies per lane.
+// C [M, N] = (beta ? C * beta[r] : 0) + A [M, 2 Kp] * B [2 Kp, N], N a multiple of kAttnLanes;
+// A's row r: Kp pairs from A + r * lda; B's pair row p: N pairs (column j's elements 2p and
+// 2p + 1) from B + p * ldb.
+using AttnGemmBf16Fn = void (*)(int64_t M, int64_t N, int64_t Kp, const uint32_t* A, int64_t lda, const uint32_t* B,
+                                int64_t ldb, float* C, int64_t ldc, const float* beta);
+// rows rows of cols elements of type t (row i at src + i * stride, a native type) as pair rows
+// for AttnGemmBf16Fn's B: dst[(i / 2) * ld + c] holds rows i and i + 1 of column c (rounded to
+// nearest even). An odd last row is paired with zeros; columns cols .. attn_pad(cols) are zeros.
+using AttnBf16PairsFn = void (*)(Type t, const uint8_t* src, size_t stride, int64_t rows, int64_t cols, uint32_t* dst,
+                                 int64_t ld);
+// exp_row for the BF16 path: p[j] = exp(s[j] - m) rounded to BF16 for j < n, and p[n] = 0 when
+// n is odd (the last pair's partner); returns the sum of the unrounded values. s is not written.
+// The exp need only be accurate to well below BF16's 2^-9.
+using AttnExpRowBf16Fn = float (*)(const float* s, int64_t n, float m, uint16_t* p);
+
 struct AttnKernels {
     AttnGemmFn gemm = nullptr;
     AttnKTransposeFn k_transpose = nullptr;
@@ -103,6 +124,10 @@ struct AttnKernels {
     AttnScoreRowFn score_row = nullptr;
     AttnExpRowFn exp_row = nullptr;
     AttnMaskSpanFn mask_span = mask_span_scalar;
+    // Null where the CPU has no BF16 products faster than its F32 FMAs: attention then stays F32.
+    AttnGemmBf16Fn gemm_bf16 = nullptr;
+    AttnBf16PairsFn bf16_pairs = nullptr;
+    AttnExpRowBf16Fn exp_row_bf16 = nullptr;
 };
 
 // The table of an instruction set (the scalar one where the set has none).
