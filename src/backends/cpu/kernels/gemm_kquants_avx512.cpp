@@ -209,12 +209,18 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
             const uint8_t* xb = xs + b * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
             const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile);
+            alignas(64) int32_t off[2][NC];  // as in tile_q6_K_decoded
+#pragma GCC unroll 8
+            for (int k = 0; k < NC; ++k) {
+                off[0][k] = -32 * static_cast<int16_t>(xsums[k] & 0xFFFF);
+                off[1][k] = -32 * (xsums[k] >> 16);
+            }
 #pragma GCC unroll 2
             for (int half = 0; half < 2; ++half) {
                 const __m512 dsc = q6_K_scale(blk, d, 2 * b + half);
                 __m512i sum[NC];
 #pragma GCC unroll 8
-                for (int k = 0; k < NC; ++k) sum[k] = _mm512_madd_epi16(_mm512_set1_epi32(xsums[k]), q6_K_offset(half));
+                for (int k = 0; k < NC; ++k) sum[k] = _mm512_set1_epi32(off[half][k]);
                 if (half == 0) dot_chunks<NC, 0, 4>(sum, w, xb);
                 else dot_chunks<NC, 4, 4>(sum, w, xb);
 #pragma GCC unroll 8
@@ -319,6 +325,15 @@ void tile_q6_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, f
             const uint8_t* xb = xs + b * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
             const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile);
+            // The sub-blocks' offsets, -32 * (low, high) quant sums of each row, computed as
+            // scalars and broadcast from memory: one vpmaddwd per row and half took a slot on the
+            // ports that the vpdpbusd use.
+            alignas(64) int32_t off[2][NC];
+#pragma GCC unroll 8
+            for (int k = 0; k < NC; ++k) {
+                off[0][k] = -32 * static_cast<int16_t>(xsums[k] & 0xFFFF);
+                off[1][k] = -32 * (xsums[k] >> 16);
+            }
             // t = S_lo * dsc_lo + S_hi * dsc_hi per row, then one FMA with the activation d.
             __m512 t[NC];
 #pragma GCC unroll 2
@@ -328,7 +343,7 @@ void tile_q6_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, f
                 for (int c = 4 * half; c < 4 * half + 4; ++c) w[c] = _mm512_load_si512(dec + 8 * b + c);
                 __m512i sum[NC];
 #pragma GCC unroll 8
-                for (int k = 0; k < NC; ++k) sum[k] = _mm512_madd_epi16(_mm512_set1_epi32(xsums[k]), q6_K_offset(half));
+                for (int k = 0; k < NC; ++k) sum[k] = _mm512_set1_epi32(off[half][k]);
                 if (half == 0) dot_chunks<NC, 0, 4>(sum, w, xb);
                 else dot_chunks<NC, 4, 4>(sum, w, xb);
                 const __m512 dsc = scales[2 * b + half];
