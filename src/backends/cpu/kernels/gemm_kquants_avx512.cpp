@@ -8,8 +8,8 @@
 // and activation row the cost over the 8 vpdpbusd is:
 //   Q4_K: int->float, x activation d, FMA with d * sc, FMA of the min term (4 ops);
 //   Q6_K: two 16-element sub-blocks, each starting from -32 * (sum of its activation quants)
-//         (one vpmaddwd) and ending in int->float and an FMA with d * sc, then one FMA with
-//         the activation d (7 ops).
+//         (a scalar, broadcast from memory) and ending in int->float and an FMA with d * sc,
+//         then one FMA with the activation d (5 ops).
 // Unpacking the weights costs about as much again per tile, so with more than one tile
 // (prompts) each 16-row group is first decoded into 8-bit quants and float scale vectors
 // that all tiles share; generation (one tile) unpacks on the fly.
@@ -127,9 +127,6 @@ inline void q6_K_weights(const block_q6_Kx16* blk, int b, __m512i (&w)[8]) {
     }
 }
 
-// vpmaddwd with these turns an activation block's (low, high) int16 quant sums into
-// -32 * low or -32 * high: the offset of the Q6_K quants of sub-block 2b or 2b + 1.
-inline __m512i q6_K_offset(int half) { return _mm512_set1_epi32(half ? static_cast<int>(0xFFE00000u) : 0x0000FFE0); }
 
 // Output o of a tile from its per-row accumulators (P == 2: a row and its residual row).
 // Kernels keep one accumulator per activation row rather than per output: a pair sharing
