@@ -816,7 +816,9 @@ std::vector<float> bf16_round(std::vector<float> v, float scale = 1.0f) {
         const double g = got[i];
         const bool ok = std::isfinite(g) && (std::fabs(g - want[i]) <= atol + rtol * std::fabs(want[i]) ||
                                              std::fabs(g - want_b[i]) <= atol_b + rtol_b * std::fabs(want_b[i]));
-        if (!ok && bad++ < 5) first << "  [" << i << "] got " << g << " want " << want[i] << " or " << want_b[i] << "\n";
+        if (!ok && bad++ < 5) {
+            first << "  [" << i << "] got " << g << " want " << want[i] << " or " << want_b[i] << "\n";
+        }
     }
     if (bad) return ::testing::AssertionFailure() << bad << " of " << got.size() << " values off:\n" << first.str();
     return ::testing::AssertionSuccess();
@@ -1136,15 +1138,21 @@ TEST(AttentionKernels, Bf16ProductsMatchReference) {
                         SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N) + " Kp=" + std::to_string(Kp));
                         const int64_t lda = Kp + 3, ldb = N + 16, ldc = N + 5;
                         std::vector<uint32_t> A(static_cast<size_t>(M * lda)), B(static_cast<size_t>(Kp * ldb));
-                        for (auto& x : A) x = kiln::fp32_to_bf16(randn(rng, 1)[0]) | uint32_t{kiln::fp32_to_bf16(randn(rng, 1)[0])} << 16;
-                        for (auto& x : B) x = kiln::fp32_to_bf16(randn(rng, 1)[0]) | uint32_t{kiln::fp32_to_bf16(randn(rng, 1)[0])} << 16;
+                        auto random_pair = [&] {
+                            const auto v = randn(rng, 2);
+                            return kiln::fp32_to_bf16(v[0]) | uint32_t{kiln::fp32_to_bf16(v[1])} << 16;
+                        };
+                        for (auto& x : A) x = random_pair();
+                        for (auto& x : B) x = random_pair();
                         const auto c0 = randn(rng, M * ldc);
                         std::vector<float> beta(static_cast<size_t>(M));
                         for (int64_t r = 0; r < M; ++r) beta[r] = 0.25f * static_cast<float>(r % 4);
                         std::vector<float> C = c0;
-                        k.gemm_bf16(M, N, Kp, A.data(), lda, B.data(), ldb, C.data(), ldc, with_beta ? beta.data() : nullptr);
-                        auto lo = [](uint32_t w) { return static_cast<double>(kiln::bf16_to_fp32(static_cast<uint16_t>(w))); };
-                        auto hi = [](uint32_t w) { return static_cast<double>(kiln::bf16_to_fp32(static_cast<uint16_t>(w >> 16))); };
+                        const float* bt = with_beta ? beta.data() : nullptr;
+                        k.gemm_bf16(M, N, Kp, A.data(), lda, B.data(), ldb, C.data(), ldc, bt);
+                        auto half = [](uint32_t w) { return static_cast<double>(kiln::bf16_to_fp32(static_cast<uint16_t>(w))); };
+                        auto lo = [&](uint32_t w) { return half(w); };
+                        auto hi = [&](uint32_t w) { return half(w >> 16); };
                         for (int64_t r = 0; r < M; ++r) {
                             for (int64_t j = 0; j < ldc; ++j) {
                                 if (j >= N) {  // past N: untouched

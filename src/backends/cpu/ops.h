@@ -32,7 +32,8 @@ struct ComputeContext {
     std::function<void()> barrier;  // synchronises all threads of the pool
     uint8_t* scratch = nullptr;     // shared scratch, scratch_bytes(node) bytes (set per node)
     size_t scratch_size = 0;
-    bool precise = false;           // MulMat: two-pass (residual) activations; Attention: F32 products (MatmulPrecision)
+    // MulMat: two-pass (residual) activations; Attention: F32 products (see MatmulPrecision)
+    bool precise = false;
     // Shared by all threads: ops that hand out work in chunks (MulMat) claim them from it.
     // Thread 0 resets it before the op's first internal barrier; null: static split.
     WorkRegions* work = nullptr;

@@ -319,7 +319,9 @@ void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern
         kern.gemm(M, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr,
                   nullptr);
         bool any_row = false;
-        for (int64_t r = 0; r < M; ++r) any_row |= softmax_block_row(kern, S + r * bk, gmask, nk, t.fparams[1], mx[r], sum[r], corr[r], nullptr);
+        for (int64_t r = 0; r < M; ++r) {
+            any_row |= softmax_block_row(kern, S + r * bk, gmask, nk, t.fparams[1], mx[r], sum[r], corr[r], nullptr);
+        }
         if (!any_row) continue;
         for (int64_t i = 0; i < nk; ++i) {
             uint8_t* dst = raw + static_cast<size_t>(i) * vrb;
@@ -368,7 +370,8 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
     }
     // BF16 products: Q rounded once per item; K, P (exp_row_bf16) and V per block (the gathered
     // path stays F32).
-    const FromFloatFn to_bf16 = fast && kern.gemm_bf16 && kern.exp_row_bf16 && M > 8 ? native_from_float(Type::BF16) : nullptr;
+    const bool bf16 = fast && kern.gemm_bf16 && kern.exp_row_bf16 && M > 8;
+    const FromFloatFn to_bf16 = bf16 ? native_from_float(Type::BF16) : nullptr;
     const int64_t hp = p.hp;
     auto* QB = reinterpret_cast<uint32_t*>(w + p.qb_off);  // [M, hp]
     auto* KB = reinterpret_cast<uint32_t*>(w + p.kb_off);  // [hp, bk]
@@ -429,7 +432,9 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
         const int64_t n_next = c1 < last ? std::min(bk, last - c1) : 0;
         if (to_bf16) {
             if (n_next > 0 && p.k_panels) {
-                for (int64_t j = 0; j < n_next; j += kKPanelCells) prefetch_rows(p.kp.tile(k.data, c1 + j, hk), 0, 1, p.kp.tile_bytes());
+                for (int64_t j = 0; j < n_next; j += kKPanelCells) {
+                    prefetch_rows(p.kp.tile(k.data, c1 + j, hk), 0, 1, p.kp.tile_bytes());
+                }
             } else if (n_next > 0) {
                 prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
             }
@@ -467,7 +472,8 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
         if (to_bf16) {
             if (p.staged) {
                 for (int64_t i = 0; i < nk; ++i) dequantize_row(v.type, vrows + i * v.nb[2], stage + i * hdv, hdv);
-                kern.bf16_pairs(Type::F32, reinterpret_cast<const uint8_t*>(stage), hdv * sizeof(float), nk, hdv, VB, ldv);
+                kern.bf16_pairs(Type::F32, reinterpret_cast<const uint8_t*>(stage), hdv * sizeof(float), nk, hdv, VB,
+                                ldv);
             } else {
                 kern.bf16_pairs(v.type, vrows, v.nb[2], nk, hdv, VB, ldv);
             }
@@ -551,7 +557,8 @@ void op_attention(const Tensor& t, ComputeContext& ctx) {
     for (int64_t i = ctx.ith; i < p.n_items(); i += ctx.nth) {
         const int64_t split = i % p.n_split, rest = i / p.n_split;
         const int64_t hk = rest % p.n_head_kv, qb = rest / p.n_head_kv;
-        attend_item(t, p, kern, w, p.n_split > 1 ? partials + i * p.partial_floats : nullptr, qb, hk, split, !ctx.precise);
+        float* partial = p.n_split > 1 ? partials + i * p.partial_floats : nullptr;
+        attend_item(t, p, kern, w, partial, qb, hk, split, !ctx.precise);
     }
     if (p.n_split == 1) return;
     ctx.barrier();

@@ -255,7 +255,8 @@ void gemm_bf16(int64_t M, int64_t N, int64_t Kp, const uint32_t* A, int64_t lda,
         const int64_t cb = std::min<int64_t>(2, (N - j) / 16);
         for (int64_t r = 0; r < M; r += 8) {
             const int64_t rb = std::min<int64_t>(8, M - r);
-            kBf16Tiles<kEmbed>[rb - 1][cb - 1](Kp, A + r * lda, lda, B, ldb, j, C + r * ldc, ldc, beta ? beta + r : nullptr);
+            kBf16Tiles<kEmbed>[rb - 1][cb - 1](Kp, A + r * lda, lda, B, ldb, j, C + r * ldc, ldc,
+                                                beta ? beta + r : nullptr);
         }
     }
 }
@@ -264,8 +265,9 @@ void gemm_bf16(int64_t M, int64_t N, int64_t Kp, const uint32_t* A, int64_t lda,
 // low half and row 2p + 1's in the high one, vpermw pairs them up.
 template <Type T>
 void bf16_pairs_t(const uint8_t* src, size_t stride, int64_t rows, int64_t cols, uint32_t* dst, int64_t ld) {
-    alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                             8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    alignas(64) static constexpr uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                             21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                             11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i idx = _mm512_load_si512(kInterleave);
     const int64_t cp = attn_pad(cols);
     for (int64_t i = 0; i < rows; i += 2) {

@@ -127,7 +127,6 @@ inline void q6_K_weights(const block_q6_Kx16* blk, int b, __m512i (&w)[8]) {
     }
 }
 
-
 // Output o of a tile from its per-row accumulators (P == 2: a row and its residual row).
 // Kernels keep one accumulator per activation row rather than per output: a pair sharing
 // one would put all its FMAs into one dependency chain, which bound precise generation.
