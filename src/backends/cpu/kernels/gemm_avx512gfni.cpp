@@ -2,7 +2,8 @@
 // vgf2p8affineqb moves the high nibble of every byte down (a bit permutation is a linear map
 // over GF(2)) where gemm_avx512.cpp needs a shift and a mask. That is 2 instead of 3 ops per
 // 64 bytes of weights for every 16 vpdpbusd: measured +2-4% on q4_0 prompts (1.1B llama,
-// 2 threads). Products are bit-identical to gemm_avx512.cpp's (tested).
+// 2 threads). Not on Zen 4, where the affine op takes a vpdpbusd pipe (gemm_avx512.cpp,
+// packed_avx512). Products are bit-identical to gemm_avx512.cpp's (tested).
 #include <immintrin.h>
 
 #include "backends/cpu/kernels/gemm_avx512_tiles.h"
