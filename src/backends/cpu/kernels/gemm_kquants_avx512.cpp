@@ -74,9 +74,9 @@ inline void dot_chunks(__m512i (&sum)[NC], const __m512i* w, const uint8_t* xb) 
 
 // ---- unpacking (shared by the direct and the decoded-group kernels) ----
 
-// d * sc and dmin * m of sub-blocks 0..7 of a Q4_K super-block (one lane per row); the
-// odd sub-blocks' d * sc / 16, as their quants come as 16 q (q4_K_weights).
-inline void q4_K_scales(const block_q4_Kx16* blk, __m512 (&dsc)[8], __m512 (&dmn)[8]) {
+// The 6-bit scales and mins of sub-blocks 0..7 of a Q4_K super-block as floats (one lane
+// per row), without d and dmin: the generation tile applies those once per super-block.
+inline void q4_K_scales_raw(const block_q4_Kx16* blk, __m512 (&sc)[8], __m512 (&mn)[8]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
     // Byte t of each lane: scale / min of sub-block t (lo) and 4 + t (hi); see k4_scale_min.
     const __m512i A = _mm512_loadu_si512(blk->scales), B = _mm512_loadu_si512(blk->scales + 64),
@@ -85,29 +85,24 @@ inline void q4_K_scales(const block_q4_Kx16* blk, __m512 (&dsc)[8], __m512 (&dmn
     // 0xF8: a | (b & c)
     const __m512i sc_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(C, m4), _mm512_srli_epi32(A, 2), m30, 0xF8);
     const __m512i mn_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(C, 4), m4), _mm512_srli_epi32(B, 2), m30, 0xF8);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+        sc[j] = _mm512_cvtepi32_ps(lane_byte(j < 4 ? sc_lo : sc_hi, j % 4));
+        mn[j] = _mm512_cvtepi32_ps(lane_byte(j < 4 ? mn_lo : mn_hi, j % 4));
+    }
+}
+
+// d * sc and dmin * m of sub-blocks 0..7 of a Q4_K super-block (one lane per row); the
+// odd sub-blocks' d * sc / 16, as their quants come as 16 q (q4_K_weights).
+inline void q4_K_scales(const block_q4_Kx16* blk, __m512 (&dsc)[8], __m512 (&dmn)[8]) {
+    q4_K_scales_raw(blk, dsc, dmn);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
     const __m512 d16 = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));  // exact
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->dmin)));
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
-        dsc[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte(j < 4 ? sc_lo : sc_hi, j % 4)), j % 2 ? d16 : d);
-        dmn[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte(j < 4 ? mn_lo : mn_hi, j % 4)), dmin);
-    }
-}
-
-// The 6-bit scales and mins of sub-blocks 0..7 of a Q4_K super-block as floats (one lane
-// per row), without d and dmin: the generation tile applies those once per super-block.
-inline void q4_K_scales_raw(const block_q4_Kx16* blk, __m512 (&sc)[8], __m512 (&mn)[8]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
-    const __m512i A = _mm512_loadu_si512(blk->scales), B = _mm512_loadu_si512(blk->scales + 64),
-                  C = _mm512_loadu_si512(blk->scales + 128);
-    const __m512i sc_lo = _mm512_and_si512(A, m6), mn_lo = _mm512_and_si512(B, m6);
-    const __m512i sc_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(C, m4), _mm512_srli_epi32(A, 2), m30, 0xF8);
-    const __m512i mn_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(C, 4), m4), _mm512_srli_epi32(B, 2), m30, 0xF8);
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-        sc[j] = _mm512_cvtepi32_ps(lane_byte(j < 4 ? sc_lo : sc_hi, j % 4));
-        mn[j] = _mm512_cvtepi32_ps(lane_byte(j < 4 ? mn_lo : mn_hi, j % 4));
+        dsc[j] = _mm512_mul_ps(dsc[j], j % 2 ? d16 : d);
+        dmn[j] = _mm512_mul_ps(dmn[j], dmin);
     }
 }
 
