@@ -117,6 +117,17 @@ inline void q4_K_weights(const block_q4_Kx16* blk, int j, __m512i (&w)[8]) {
     for (int c = 0; c < 8; ++c) w[c] = _mm512_and_si512(_mm512_loadu_si512(q + 64 * c), mask);
 }
 
+// The integer products of sub-block j with the NC activation rows of tile block xb (both
+// Q4_K tiles; the scales are applied by the caller).
+template <int NC>
+inline void q4_K_sub_block_sums(const block_q4_Kx16* blk, int j, const uint8_t* xb, __m512i (&sum)[NC]) {
+    __m512i w[8];
+    q4_K_weights(blk, j, w);
+#pragma GCC unroll 8
+    for (int k = 0; k < NC; ++k) sum[k] = _mm512_setzero_si512();
+    dot_chunks<NC, 0, 8>(sum, w, xb);
+}
+
 // d * sc of sub-block s (0..15) of a Q6_K super-block.
 inline __m512 q6_K_scale(const block_q6_Kx16* blk, __m512 d, int s) {
     // Lane byte t of scales dword s / 4 is sub-block 4 (s / 4) + t.
@@ -181,15 +192,11 @@ void tile_q4_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, 
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
             prefetch_ahead_part<sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk), j);
-            __m512i w[8];
-            q4_K_weights(blk, j, w);
             const uint8_t* xb = xs + j * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
             const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile);
             __m512i sum[NC];
-#pragma GCC unroll 2
-            for (int k = 0; k < NC; ++k) sum[k] = _mm512_setzero_si512();
-            dot_chunks<NC, 0, 8>(sum, w, xb);
+            q4_K_sub_block_sums<NC>(blk, j, xb, sum);
 #pragma GCC unroll 2
             for (int o = 0; o < NO; ++o) {
                 __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[P * o]), _mm512_set1_ps(xd[P * o]));
@@ -233,15 +240,11 @@ void tile_q4_K_rows(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y,
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
-            __m512i w[8];
-            q4_K_weights(blk, j, w);
             const uint8_t* xb = xs + j * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
             const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile);
             __m512i sum[NC];
-#pragma GCC unroll 8
-            for (int k = 0; k < NC; ++k) sum[k] = _mm512_setzero_si512();
-            dot_chunks<NC, 0, 8>(sum, w, xb);
+            q4_K_sub_block_sums<NC>(blk, j, xb, sum);
 #pragma GCC unroll 8
             for (int k = 0; k < NC; ++k) {
                 const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(xd[k]));
