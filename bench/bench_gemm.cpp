@@ -59,7 +59,7 @@ void run_packed_gemm(benchmark::State& state, Type t, int64_t N) {
     for (int64_t n = 0; n < N; ++n) std::copy(row.begin(), row.end(), rows.begin() + n * rb);
     for (size_t c = 0; c < copies; ++c) kiln::pack_rows(t, rows.data(), rb, packed.data() + c * rb * N, K, N);
     // The kernels and activation format of the mode (F16/BF16: BF16 fast, F32 precise).
-    const kiln::cpu::PackedPlan plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t), K, precise);
+    const kiln::cpu::PackedPlan plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t), K, precise, M);
     const auto& pk = *plan.k;
     const int pairs = plan.pairs;
     std::vector<uint8_t> xq(kiln::cpu::packed_act_bytes(*kiln::cpu::packed_kernels(t), K, M, precise));

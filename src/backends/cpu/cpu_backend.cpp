@@ -139,6 +139,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
             const OpFn fn = op_fn(n->op);
             if (!fn) continue;  // views: nothing to compute
             ctx.precise = precise(*n);
+            ctx.coarse = precision_ == MatmulPrecision::Fast;
             if (!profiling) {
                 fn(*n, ctx);
                 pool_.barrier();

@@ -34,6 +34,9 @@ struct ComputeContext {
     size_t scratch_size = 0;
     // MulMat: two-pass (residual) activations; Attention: F32 products (see MatmulPrecision)
     bool precise = false;
+    // MulMat: MatmulPrecision::Fast itself, not Auto's 8-bit batches: llama.cpp's coarser
+    // activation formats allowed (PackedKernels::coarse)
+    bool coarse = false;
     // Shared by all threads: ops that hand out work in chunks (MulMat) claim them from it.
     // Thread 0 resets it before the op's first internal barrier; null: static split.
     WorkRegions* work = nullptr;

@@ -90,7 +90,7 @@ void mul_mat_packed(const Tensor& t, ComputeContext& ctx) {
     const Tensor& w = *t.src[0];  // [K, N] packed
     const Tensor& x = *t.src[1];  // [K, M...] F32
     const int64_t K = w.ne[0], N = w.ne[1], M = x.nrows();
-    const PackedPlan plan = packed_plan(*packed_kernels(w.type), K, ctx.precise);  // kernels + activation format of this mode
+    const PackedPlan plan = packed_plan(*packed_kernels(w.type), K, ctx.precise, M, ctx.coarse);  // kernels + activation format of this mode
     const PackedKernels& pk = *plan.k;
     const size_t tile_bytes = plan.tile_bytes;
     const int pairs = plan.pairs;

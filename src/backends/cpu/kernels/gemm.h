@@ -37,6 +37,12 @@ enum class ActAux : uint8_t {
     Q4K,   // float d * sum(q): the min term of a Q4_K sub-block in one FMA
     Q6K,   // two int16, the sums of quants 0..15 and 16..31: the offset 32 of each Q6_K sub-block
 };
+// How a row's quants are scaled. Block: one d per 32-element block (the most precise).
+// SuperBlock: one d per 256 elements (QK_K, as llama.cpp's Q8_K), written into each of the 8
+// blocks' d fields, so every kernel that reads d per block computes the same products on it;
+// the K-quant prompt kernels of fast precision read it once per super-block instead, which
+// saves a multiply per block and row (PackedKernels::coarse). K must be a multiple of 256.
+enum class ActScale : uint8_t { Block, SuperBlock };
 // Writes column col's third field of a tile block from the column's d and the sums of its
 // quants 0..15 (lo) and 16..31 (hi).
 inline void write_act_aux(uint8_t* blk, int col, ActAux kind, int32_t offset, float d, int32_t lo, int32_t hi) {
@@ -85,6 +91,13 @@ struct PackedKernels {
     // Kernels precise mode uses instead of residual pairs (F16/BF16 weights: exact F32
     // products); null: these kernels with pairs == 2.
     const PackedKernels* precise = nullptr;
+    // Kernels for MatmulPrecision::Fast ("as llama.cpp") with more than kActTile activation
+    // rows (prompts, batched decoding), where they differ: K-quants take activations scaled per
+    // super-block there (ActScale::SuperBlock, llama.cpp's Q8_K), which their AVX-512 kernels
+    // turn into one multiply less per block and row (gemm_kquants_avx512.cpp). Auto keeps a d
+    // per block for its prompts: the coarser scales cost 2.5 x the KL divergence on Gemma 3
+    // (docs/engine.md). Null: these kernels.
+    const PackedKernels* coarse = nullptr;
 };
 
 // What one matmul runs: the kernels of its precision mode and their activation layout.
@@ -93,13 +106,17 @@ struct PackedPlan {
     int pairs = 1;          // activation rows per output row (GemmTask::pairs)
     size_t tile_bytes = 0;  // bytes of one activation tile (kActTile rows)
 };
-inline PackedPlan packed_plan(const PackedKernels& pk, int64_t K, bool precise) {
-    const PackedKernels& k = precise && pk.precise ? *pk.precise : pk;
-    return {.k = &k, .pairs = precise && !pk.precise ? 2 : 1, .tile_bytes = k.tile_bytes ? k.tile_bytes(K) : act_tile_bytes(K)};
+// rows: the product's output rows; coarse: MatmulPrecision::Fast itself (not Auto's 8-bit
+// prompts), which may take PackedKernels::coarse.
+inline PackedPlan packed_plan(const PackedKernels& pk, int64_t K, bool precise, int64_t rows = 1, bool coarse = false) {
+    const PackedKernels* k = precise && pk.precise ? pk.precise : &pk;
+    const int pairs = precise && !pk.precise ? 2 : 1;
+    if (coarse && !precise && k->coarse && rows > kActTile) k = k->coarse;
+    return {.k = k, .pairs = pairs, .tile_bytes = k->tile_bytes ? k->tile_bytes(K) : act_tile_bytes(K)};
 }
-// Scratch bytes for `rows` activation rows of one matmul.
+// Scratch bytes for `rows` output rows of one matmul (every plan of a size takes the same).
 inline size_t packed_act_bytes(const PackedKernels& pk, int64_t K, int64_t rows, bool precise) {
-    const PackedPlan p = packed_plan(pk, K, precise);
+    const PackedPlan p = packed_plan(pk, K, precise, rows);
     return p.tile_bytes * static_cast<size_t>((rows * p.pairs + kActTile - 1) / kActTile);
 }
 
@@ -244,19 +261,19 @@ bool packed_accelerated(Type t, Isa isa);
 
 namespace detail {
 // Converts one row of K floats into column col of an activation tile (with_resid: its
-// quantization residual into col + 1), third field of `kind`; PackedKernels::quantize_act
-// of every packed type is one of these. Both round alike (x * (1/d), to nearest even), so
-// their tiles are identical (tested).
-void quantize_act_scalar(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
+// quantization residual into col + 1, scaled as the row: one d per super-block for both),
+// third field of `kind`; PackedKernels::quantize_act of every packed type is one of these.
+// All round alike (x * (1/d), to nearest even), so their tiles are identical (tested).
+void quantize_act_scalar(ActAux kind, ActScale scale, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
 #if defined(KILN_ARCH_X86)
-void quantize_act_avx2(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
-void quantize_act_avx512(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
+void quantize_act_avx2(ActAux kind, ActScale scale, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
+void quantize_act_avx512(ActAux kind, ActScale scale, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
 #endif
 const PackedKernels* packed_scalar(Type t);
 // PackedKernels::quantize_act of one tile kind, from one of the quantizers above.
-template <void (*kQuantize)(ActAux, const float*, int64_t, int32_t, uint8_t*, int, bool), ActAux kKind>
+template <void (*kQuantize)(ActAux, ActScale, const float*, int64_t, int32_t, uint8_t*, int, bool), ActAux kKind, ActScale kScale = ActScale::Block>
 void quantize_act_as(const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
-    kQuantize(kKind, x, K, offset, tile, col, with_resid);
+    kQuantize(kKind, kScale, x, K, offset, tile, col, with_resid);
 }
 #if defined(KILN_ARCH_X86)
 const PackedKernels* packed_avx512(Type t, const CpuFeatures& f);

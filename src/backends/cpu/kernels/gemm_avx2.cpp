@@ -212,43 +212,54 @@ inline int32_t hsum8(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-}  // namespace
 
-namespace detail {
-
-void quantize_act_avx2(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
-    // 32 floats v[0..3] into column c of a tile block, rounding as the scalar reference
-    // (x * (1/d), vcvtps2dq: round to nearest even under the default MXCSR), so both write
-    // identical tiles; q[] returns the int quants for the residual.
+// quantize_act_avx2 for groups of NB 32-element blocks sharing one d, rounding as the scalar
+// reference (x * (1/d), vcvtps2dq: round to nearest even under the default MXCSR), so both
+// write identical tiles.
+template <int NB>
+void quantize_act_groups(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
     // packs interleave the 128-bit lanes: 4-byte groups a0 b0 c0 d0 a1 b1 c1 d1 -> in order.
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    auto block = [&](const __m256 (&v)[4], uint8_t* blk, int c, __m256i (&q)[4]) {
-        const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
-                                       _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    // v[4b .. 4b+3]: block b's 32 floats, into column c of the group's blocks; q: the quants.
+    auto group = [&](const __m256 (&v)[4 * NB], uint8_t* blk0, int c, __m256i (&q)[4 * NB]) {
+        __m256 m = _mm256_andnot_ps(sign, v[0]);
+        for (int i = 1; i < 4 * NB; ++i) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
         const float d = hmax8(m) / 127.0f;
         const __m256 id = _mm256_set1_ps(d > 0 ? 1.0f / d : 0.0f);
-        for (int k = 0; k < 4; ++k) q[k] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], id)), lim), nlim);
-        const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 32 * c), _mm256_permutevar8x32_epi32(bytes, order));
-        reinterpret_cast<float*>(blk + 32 * kActTile)[c] = d;
-        write_act_aux(blk, c, kind, offset, d, hsum8(_mm256_add_epi32(q[0], q[1])), hsum8(_mm256_add_epi32(q[2], q[3])));
+        for (int b = 0; b < NB; ++b) {
+            uint8_t* blk = blk0 + b * kActBlockBytes;
+            __m256i* qb = q + 4 * b;
+            for (int k = 0; k < 4; ++k) qb[k] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[4 * b + k], id)), lim), nlim);
+            const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(qb[0], qb[1]), _mm256_packs_epi32(qb[2], qb[3]));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 32 * c), _mm256_permutevar8x32_epi32(bytes, order));
+            reinterpret_cast<float*>(blk + 32 * kActTile)[c] = d;
+            write_act_aux(blk, c, kind, offset, d, hsum8(_mm256_add_epi32(qb[0], qb[1])), hsum8(_mm256_add_epi32(qb[2], qb[3])));
+        }
         return d;
     };
-    for (int64_t b = 0; b < K / 32; ++b) {
+    for (int64_t b = 0; b < K / 32; b += NB) {
         uint8_t* blk = tile + b * kActBlockBytes;
-        __m256 v[4];
-        for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 32 * b + 8 * k);
-        __m256i q[4];
-        const float d = block(v, blk, col, q);
+        __m256 v[4 * NB];
+        __m256i q[4 * NB];
+        for (int i = 0; i < 4 * NB; ++i) v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
+        const float d = group(v, blk, col, q);
         if (with_resid) {
             const __m256 vd = _mm256_set1_ps(d);
-            __m256 r[4];
-            for (int k = 0; k < 4; ++k) r[k] = _mm256_sub_ps(v[k], _mm256_mul_ps(vd, _mm256_cvtepi32_ps(q[k])));
-            block(r, blk, col + 1, q);
+            for (int i = 0; i < 4 * NB; ++i) v[i] = _mm256_sub_ps(v[i], _mm256_mul_ps(vd, _mm256_cvtepi32_ps(q[i])));
+            group(v, blk, col + 1, q);
         }
     }
+}
+
+}  // namespace
+
+namespace detail {
+
+void quantize_act_avx2(ActAux kind, ActScale scale, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    if (scale == ActScale::SuperBlock) quantize_act_groups<QK_K / 32>(kind, x, K, offset, tile, col, with_resid);
+    else quantize_act_groups<1>(kind, x, K, offset, tile, col, with_resid);
 }
 
 const PackedKernels* packed_avx2(Type t, const CpuFeatures& f) {

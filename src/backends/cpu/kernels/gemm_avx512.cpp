@@ -6,6 +6,7 @@
 
 #include "backends/cpu/kernels/gemm_avx512_tiles.h"
 #include "backends/cpu/kernels/reduce_avx512.h"
+#include "core/quant_blocks.h"
 
 namespace kiln::cpu {
 namespace {
@@ -21,39 +22,57 @@ constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = detail::quantize_ac
 constexpr PackedKernels kQ4_0Wide{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_wide<true, ShiftUnpack>};
 constexpr PackedKernels kQ8_0Wide{.offset = 128, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_wide<false, ShiftUnpack>};
 
+
+// quantize_act_avx512 for groups of NB 32-element blocks sharing one d. Rounding as the
+// scalar reference (x * (1/d), round to nearest even), so both produce identical tiles.
+template <int NB>
+void quantize_act_groups(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    // v[2b], v[2b+1]: block b's 32 floats, into column c of the group's blocks; q: the quants.
+    auto group = [&](const __m512 (&v)[2 * NB], uint8_t* blk0, int c, __m512i (&q)[2 * NB]) {
+        __m512 m = _mm512_abs_ps(v[0]);
+#pragma GCC unroll 16
+        for (int i = 1; i < 2 * NB; ++i) m = _mm512_max_ps(m, _mm512_abs_ps(v[i]));
+        const float d = hmax(m) / 127.0f;
+        const __m512 id = _mm512_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+        const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; ++b) {
+            uint8_t* blk = blk0 + b * kActBlockBytes;
+            const __m512i i0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v[2 * b], id)), lim), nlim);
+            const __m512i i1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v[2 * b + 1], id)), lim), nlim);
+            q[2 * b] = i0;
+            q[2 * b + 1] = i1;
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c), _mm512_cvtepi32_epi8(i0));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c + 16), _mm512_cvtepi32_epi8(i1));
+            reinterpret_cast<float*>(blk + 32 * kActTile)[c] = d;
+            if (kind == ActAux::Q6K) write_act_aux(blk, c, kind, offset, d, hsum(i0), hsum(i1));
+            else write_act_aux(blk, c, kind, offset, d, hsum(_mm512_add_epi32(i0, i1)), 0);
+        }
+        return d;
+    };
+    for (int64_t b = 0; b < K / 32; b += NB) {
+        uint8_t* blk = tile + b * kActBlockBytes;
+        __m512 v[2 * NB];
+        __m512i q[2 * NB];
+#pragma GCC unroll 16
+        for (int i = 0; i < 2 * NB; ++i) v[i] = _mm512_loadu_ps(x + 32 * b + 16 * i);
+        const float d = group(v, blk, col, q);
+        if (with_resid) {
+            const __m512 vd = _mm512_set1_ps(d);
+#pragma GCC unroll 16
+            for (int i = 0; i < 2 * NB; ++i) v[i] = _mm512_sub_ps(v[i], _mm512_mul_ps(vd, _mm512_cvtepi32_ps(q[i])));
+            group(v, blk, col + 1, q);
+        }
+    }
+}
+
 }  // namespace
 
 namespace detail {
 
-void quantize_act_avx512(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
-    // 32 floats (v0, v1) into column c of a tile block; rounding as the scalar reference
-    // (x * (1/d), round to nearest even), so both produce identical tiles.
-    auto block = [&](__m512 v0, __m512 v1, uint8_t* blk, int c, __m512i& i0, __m512i& i1) {
-        const float d = hmax(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / 127.0f;
-        const float id = d > 0 ? 1.0f / d : 0.0f;
-        const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
-        i0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id))), lim), nlim);
-        i1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id))), lim), nlim);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c), _mm512_cvtepi32_epi8(i0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c + 16), _mm512_cvtepi32_epi8(i1));
-        reinterpret_cast<float*>(blk + 32 * kActTile)[c] = d;
-        if (kind == ActAux::Q6K) write_act_aux(blk, c, kind, offset, d, hsum(i0), hsum(i1));
-        else write_act_aux(blk, c, kind, offset, d, hsum(_mm512_add_epi32(i0, i1)), 0);
-        return d;
-    };
-    for (int64_t b = 0; b < K / 32; ++b) {
-        uint8_t* blk = tile + b * kActBlockBytes;
-        const __m512 v0 = _mm512_loadu_ps(x + 32 * b);
-        const __m512 v1 = _mm512_loadu_ps(x + 32 * b + 16);
-        __m512i i0, i1;
-        const float d = block(v0, v1, blk, col, i0, i1);
-        if (with_resid) {
-            const __m512 vd = _mm512_set1_ps(d);
-            const __m512 r0 = _mm512_sub_ps(v0, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i0)));
-            const __m512 r1 = _mm512_sub_ps(v1, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i1)));
-            block(r0, r1, blk, col + 1, i0, i1);
-        }
-    }
+void quantize_act_avx512(ActAux kind, ActScale scale, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    if (scale == ActScale::SuperBlock) quantize_act_groups<QK_K / 32>(kind, x, K, offset, tile, col, with_resid);
+    else quantize_act_groups<1>(kind, x, K, offset, tile, col, with_resid);
 }
 
 const PackedKernels* packed_avx512(Type t, const CpuFeatures& f) {

@@ -390,8 +390,12 @@ void gemm(const GemmTask& t) {
     });
 }
 
-constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q4K>, .gemm = gemm<Q4K, decode_q4_K>};
-constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q6K>, .gemm = gemm<Q6K, decode_q6_K>};
+// Fast precision's prompts and batches: activations scaled per super-block, as on AVX-512 and
+// in the scalar reference (PackedKernels::coarse); these kernels read them per block all the same.
+constexpr PackedKernels kQ4_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q4K, ActScale::SuperBlock>, .gemm = gemm<Q4K, decode_q4_K>};
+constexpr PackedKernels kQ6_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q6K, ActScale::SuperBlock>, .gemm = gemm<Q6K, decode_q6_K>};
+constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q4K>, .gemm = gemm<Q4K, decode_q4_K>, .coarse = &kQ4_KCoarse};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx2, ActAux::Q6K>, .gemm = gemm<Q6K, decode_q6_K>, .coarse = &kQ6_KCoarse};
 
 }  // namespace
 

@@ -347,7 +347,14 @@ void decode_q6_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
     }
 }
 
-template <int NC, int P>
+// kSuper: activations scaled per super-block (ActScale::SuperBlock, fast precision:
+// PackedKernels::coarse). Each row's d is then read once per super-block, and the scale of a
+// sub-block costs one FMA per row where a d per block costs a multiply and an FMA. Zen 4 issues
+// multiplies and FMAs on the two pipes that run vpdpbusd (int->float conversions, integer
+// adds and shuffles beside them; measured with interleaved loops), so per 64 vpdpbusd of a
+// super-block and row: Q4_K and Q6_K 24 -> 17 of those ops, bounding the tiles at 73 and 79%
+// of the int8 peak. Measured: 1b Q4_K_M pp128 +6% (kiln-bench, alternated builds).
+template <int NC, int P, bool kSuper>
 void tile_q4_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     constexpr int NO = NC / P;
     const auto* dec = reinterpret_cast<const __m512i*>(decoded);
@@ -358,6 +365,7 @@ void tile_q4_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, f
     for (int64_t sb = 0; sb < nsb; ++sb, dec += kDecodedBytes / 64) {
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
         const auto* scales = reinterpret_cast<const __m512*>(dec + 64);
+        __m512 t[NC];  // kSuper: sum over the sub-blocks of products x d * sc, in units of the row's d
 #pragma GCC unroll 1
         for (int j = 0; j < 8; ++j) {
             __m512i w[8];
@@ -373,17 +381,26 @@ void tile_q4_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, f
             const __m512 dsc = scales[j], dmn = scales[8 + j];
 #pragma GCC unroll 8
             for (int k = 0; k < NC; ++k) {
-                const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(xd[k]));
-                acc[k] = _mm512_fmadd_ps(f, dsc, acc[k]);
+                if constexpr (kSuper) {
+                    t[k] = j == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), dsc) : _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k]), dsc, t[k]);
+                } else {
+                    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(xd[k]));
+                    acc[k] = _mm512_fmadd_ps(f, dsc, acc[k]);
+                }
                 acc[k] = _mm512_fnmadd_ps(dmn, _mm512_set1_ps(xsum[k]), acc[k]);
             }
+        }
+        if constexpr (kSuper) {
+            const auto* xd = reinterpret_cast<const float*>(xs + 32 * kActTile);  // the super-block's d (each block holds it)
+#pragma GCC unroll 8
+            for (int k = 0; k < NC; ++k) acc[k] = _mm512_fmadd_ps(t[k], _mm512_set1_ps(xd[k]), acc[k]);
         }
     }
 #pragma GCC unroll 8
     for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, output<P>(acc, o));
 }
 
-template <int NC, int P>
+template <int NC, int P, bool kSuper>
 void tile_q6_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     constexpr int NO = NC / P;
     const auto* dec = reinterpret_cast<const __m512i*>(decoded);
@@ -394,10 +411,12 @@ void tile_q6_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, f
     for (int64_t sb = 0; sb < nsb; ++sb, dec += kDecodedBytes / 64) {
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
         const auto* scales = reinterpret_cast<const __m512*>(dec + 64);
+        // Per row: the sum over sub-blocks of products x d * sc, in units of the activation d
+        // (kSuper: the super-block's; else this block's, then one FMA with it per block).
+        __m512 t[NC];
 #pragma GCC unroll 1
         for (int b = 0; b < 8; ++b) {
             const uint8_t* xb = xs + b * kActBlockBytes;
-            const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
             const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile);
             // The sub-blocks' offsets, -32 * (low, high) quant sums of each row, computed as
             // scalars and broadcast from memory: one vpmaddwd per row and half took a slot on the
@@ -408,8 +427,6 @@ void tile_q6_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, f
                 off[0][k] = -32 * static_cast<int16_t>(xsums[k] & 0xFFFF);
                 off[1][k] = -32 * (xsums[k] >> 16);
             }
-            // t = S_lo * dsc_lo + S_hi * dsc_hi per row, then one FMA with the activation d.
-            __m512 t[NC];
 #pragma GCC unroll 2
             for (int half = 0; half < 2; ++half) {
                 __m512i w[8];
@@ -423,9 +440,18 @@ void tile_q6_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, f
                 const __m512 dsc = scales[2 * b + half];
 #pragma GCC unroll 8
                 for (int k = 0; k < NC; ++k) {
-                    t[k] = half == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), dsc) : _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k]), dsc, t[k]);
+                    const bool first = half == 0 && (!kSuper || b == 0);
+                    t[k] = first ? _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), dsc) : _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k]), dsc, t[k]);
                 }
             }
+            if constexpr (!kSuper) {
+                const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
+#pragma GCC unroll 8
+                for (int k = 0; k < NC; ++k) acc[k] = _mm512_fmadd_ps(t[k], _mm512_set1_ps(xd[k]), acc[k]);
+            }
+        }
+        if constexpr (kSuper) {
+            const auto* xd = reinterpret_cast<const float*>(xs + 32 * kActTile);  // the super-block's d (each block holds it)
 #pragma GCC unroll 8
             for (int k = 0; k < NC; ++k) acc[k] = _mm512_fmadd_ps(t[k], _mm512_set1_ps(xd[k]), acc[k]);
         }
@@ -454,40 +480,50 @@ struct Q6K {
 };
 template <int NC, int P>
 struct Q4KDecoded {
-    static constexpr TileFn f = tile_q4_K_decoded<NC, P>;
+    static constexpr TileFn f = tile_q4_K_decoded<NC, P, false>;
 };
 template <int NC, int P>
 struct Q6KDecoded {
-    static constexpr TileFn f = tile_q6_K_decoded<NC, P>;
+    static constexpr TileFn f = tile_q6_K_decoded<NC, P, false>;
+};
+template <int NC, int P>
+struct Q4KDecodedSuper {
+    static constexpr TileFn f = tile_q4_K_decoded<NC, P, true>;
+};
+template <int NC, int P>
+struct Q6KDecodedSuper {
+    static constexpr TileFn f = tile_q6_K_decoded<NC, P, true>;
 };
 
+// One tile: the weights are used once, unpack them on the fly (generation; prompts of up to
+// 8 rows). More (kDecode): decode each group once (a few % of the work) and run the tiles over
+// the decoded form.
 template <template <int, int> class T, template <int, int> class TD, void (*kDecode)(const uint8_t*, int64_t, uint8_t*)>
 void gemm(const GemmTask& t) {
     const int64_t nsb = t.K / QK_K;
     const int64_t rows = t.M * t.pairs;
     const size_t tile_bytes = act_tile_bytes(t.K);
-    // One tile: the weights are used once, unpack them on the fly. More: decode each group
-    // once (a few % of the work) and run the tiles over the decoded form.
     struct alignas(64) Line {
         uint8_t b[64];
     };
-    std::unique_ptr<Line[]> dec(rows > kActTile ? new Line[static_cast<size_t>(nsb) * kDecodedBytes / 64] : nullptr);  // uninitialised
-    uint8_t* decoded = dec ? dec[0].b : nullptr;
+    const std::unique_ptr<Line[]> dec(rows > kActTile ? new Line[static_cast<size_t>(nsb) * kDecodedBytes / 64] : nullptr);  // uninitialised
     for (int64_t g = 0; g < t.n_groups; ++g) {
         const uint8_t* wg = t.w + g * t.w_group_bytes;
-        if (decoded) kDecode(wg, nsb, decoded);
+        if (dec) kDecode(wg, nsb, dec[0].b);
         for (int64_t r0 = 0; r0 < rows; r0 += kActTile) {
             const int nc = static_cast<int>(std::min<int64_t>(kActTile, rows - r0));
             const uint8_t* xt = t.x + (r0 / kActTile) * tile_bytes;
             float* y = t.y + (r0 / t.pairs) * t.y_stride + g * kPackRows;
-            if (decoded) Tiles<TD>::fn[t.pairs - 1][nc - 1](decoded, nsb, xt, y, t.y_stride);
+            if (dec) Tiles<TD>::fn[t.pairs - 1][nc - 1](dec[0].b, nsb, xt, y, t.y_stride);
             else Tiles<T>::fn[t.pairs - 1][nc - 1](wg, nsb, xt, y, t.y_stride);
         }
     }
 }
 
-constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q4K>, .gemm = gemm<Q4K, Q4KDecoded, decode_q4_K>};
-constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K>, .gemm = gemm<Q6K, Q6KDecoded, decode_q6_K>};
+constexpr PackedKernels kQ4_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q4K, ActScale::SuperBlock>, .gemm = gemm<Q4K, Q4KDecodedSuper, decode_q4_K>};
+constexpr PackedKernels kQ6_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K, ActScale::SuperBlock>, .gemm = gemm<Q6K, Q6KDecodedSuper, decode_q6_K>};
+constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q4K>, .gemm = gemm<Q4K, Q4KDecoded, decode_q4_K>, .coarse = &kQ4_KCoarse};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K>, .gemm = gemm<Q6K, Q6KDecoded, decode_q6_K>, .coarse = &kQ6_KCoarse};
 
 }  // namespace
 

@@ -95,8 +95,12 @@ void gemm_ref(const GemmTask& t) {
     }
 }
 
-constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q4K>, .gemm = gemm_ref<block_q4_Kx16, dot_q4_K>};
-constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q6K>, .gemm = gemm_ref<block_q6_Kx16, dot_q6_K>};
+// Fast precision's prompts and batches: activations scaled per super-block, as the AVX-512
+// kernels take them there (PackedKernels::coarse); the same dot products read them per block.
+constexpr PackedKernels kQ4_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q4K, ActScale::SuperBlock>, .gemm = gemm_ref<block_q4_Kx16, dot_q4_K>};
+constexpr PackedKernels kQ6_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q6K, ActScale::SuperBlock>, .gemm = gemm_ref<block_q6_Kx16, dot_q6_K>};
+constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q4K>, .gemm = gemm_ref<block_q4_Kx16, dot_q4_K>, .coarse = &kQ4_KCoarse};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_scalar, ActAux::Q6K>, .gemm = gemm_ref<block_q6_Kx16, dot_q6_K>, .coarse = &kQ6_KCoarse};
 
 }  // namespace
 

@@ -61,31 +61,37 @@ constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = detail::quantize_ac
 
 namespace detail {
 
-void quantize_act_scalar(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
-    // One 32-element block into column c: int8 quants with one scale, then the third field.
-    auto block = [&](const float* v, uint8_t* blk, int c) {
+void quantize_act_scalar(ActAux kind, ActScale scale, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    // nb 32-element blocks (one group sharing d) into column c: int8 quants, d, third field.
+    auto group = [&](const float* v, int nb, uint8_t* blk0, int c) {
         float amax = 0;
-        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+        for (int i = 0; i < 32 * nb; ++i) amax = std::max(amax, std::fabs(v[i]));
         const float d = amax / 127.0f;
         const float id = d > 0 ? 1.0f / d : 0.0f;
-        auto* q = reinterpret_cast<int8_t*>(blk + 32 * c);
-        int32_t sum[2] = {0, 0};
-        for (int i = 0; i < 32; ++i) {
-            q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] * id), -127.0f, 127.0f));
-            sum[i / 16] += q[i];
+        for (int b = 0; b < nb; ++b) {
+            uint8_t* blk = blk0 + b * kActBlockBytes;
+            auto* q = reinterpret_cast<int8_t*>(blk + 32 * c);
+            int32_t sum[2] = {0, 0};
+            for (int i = 0; i < 32; ++i) {
+                q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[32 * b + i] * id), -127.0f, 127.0f));
+                sum[i / 16] += q[i];
+            }
+            reinterpret_cast<float*>(blk + 32 * kActTile)[c] = d;
+            write_act_aux(blk, c, kind, offset, d, sum[0], sum[1]);
         }
-        reinterpret_cast<float*>(blk + 32 * kActTile)[c] = d;
-        write_act_aux(blk, c, kind, offset, d, sum[0], sum[1]);
+        return d;
     };
-    for (int64_t b = 0; b < K / 32; ++b) {
+    const int nb = scale == ActScale::SuperBlock ? QK_K / 32 : 1;
+    for (int64_t b = 0; b < K / 32; b += nb) {
         uint8_t* blk = tile + b * kActBlockBytes;
-        block(x + 32 * b, blk, col);
+        const float d = group(x + 32 * b, nb, blk, col);
         if (with_resid) {
-            const float d = reinterpret_cast<const float*>(blk + 32 * kActTile)[col];
-            const auto* q = reinterpret_cast<const int8_t*>(blk + 32 * col);
-            float r[32];
-            for (int i = 0; i < 32; ++i) r[i] = x[32 * b + i] - d * static_cast<float>(q[i]);
-            block(r, blk, col + 1);
+            float r[QK_K];
+            for (int i = 0; i < 32 * nb; ++i) {
+                const auto q = reinterpret_cast<const int8_t*>(blk + (i / 32) * kActBlockBytes + 32 * col)[i % 32];
+                r[i] = x[32 * b + i] - d * static_cast<float>(q);
+            }
+            group(r, nb, blk, col + 1);
         }
     }
 }
