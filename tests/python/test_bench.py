@@ -175,6 +175,22 @@ def test_parallel_rows(tool, models):
         assert r["bytes_per_token"] == pytest.approx(facts.gen_bytes_per_token(r["n_depth"] + 5, 3, p), rel=1e-9)
 
 
+def test_prompt_then_generation_rows(tool, models):
+    # llama-bench's -pg: a prompt and the tokens generated after it, timed as one (t/s of both).
+    rows = bench_json(tool, "-m", models["llama"], "-p", "0", "-n", "2", "-pg", "6,3", "--prompt-gen", "4,2", "-r", "2",
+                      "-d", "0,5", "--bandwidth", "--bandwidth-mib", "64")
+    assert [r["test"] for r in rows] == ["tg2", "pp6+tg3", "pp4+tg2", "tg2 @ d5", "pp6+tg3 @ d5", "pp4+tg2 @ d5"]
+    for r in rows:
+        if "+" not in r["test"]:
+            continue
+        n_tok = r["n_prompt"] + r["n_gen"]
+        assert r["samples_ts"] == pytest.approx([1e9 * n_tok / ns for ns in r["samples_ns"]], rel=1e-6)
+        assert r["n_ctx"] >= r["n_depth"] + n_tok
+        # Neither a prompt row nor a generation row: no bytes per token, bandwidth share or GOPS.
+        for key in ("bytes_per_token", "effective_gibs", "row_bandwidth_gibs", "bandwidth_pct", "ops_per_token", "gops"):
+            assert r[key] is None, key
+
+
 def test_bandwidth_probe_and_share(tool, models):
     # A 64 MiB buffer instead of the default 1 GiB keeps the test fast; the value is not checked.
     res = bench(tool, "-m", models["llama"], "-p", "0", "-n", "2", "--bandwidth", "--bandwidth-mib", "64", "-o", "json")
@@ -312,6 +328,10 @@ def test_failed_model_is_reported_and_others_run(tool, models, tmp_path):
     (["-r", "0"], r"-r: 0 is out of range"),
     (["-p", "-3"], r"-p|out of range"),
     (["--peak-seconds", "0"], r"--peak-seconds: 0 is out of range"),
+    (["-pg", "64"], r"-pg: expected PP,TG .* got '64'"),
+    (["-pg", "64,0"], r"-pg: expected PP,TG"),
+    (["-pg", "8,4x"], r"-pg: expected PP,TG"),
+    (["-p", "0", "-n", "0", "-pg", "16,8", "-c", "20"], r"pp16\+tg8 needs 24 KV cells"),
 ])
 def test_bad_flags_are_clear_errors(tool, models, args, pattern):
     res = bench(tool, "-m", models["llama"], *args)

@@ -17,7 +17,7 @@ namespace {
 // llama-bench's multi-letter single-dash spellings, rewritten for CLI11.
 const std::vector<std::pair<std::string, std::string>> kAliases = {
     {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
-    {"-mmp", "--mmap"},       {"-ngl", "--n-gpu-layers"},
+    {"-mmp", "--mmap"},       {"-ngl", "--n-gpu-layers"}, {"-pg", "--prompt-gen"},
 };
 
 const std::vector<std::string> kCacheTypes = {"f16", "f32", "bf16", "q8_0"};
@@ -68,6 +68,7 @@ std::string Test::name() const {
         case TestKind::Prompt: s = "pp" + std::to_string(n_prompt); break;
         case TestKind::Generation: s = "tg" + std::to_string(n_gen); break;
         case TestKind::Parallel: s = "tg" + std::to_string(n_gen) + " x" + std::to_string(n_parallel); break;
+        case TestKind::PromptGen: s = "pp" + std::to_string(n_prompt) + "+tg" + std::to_string(n_gen); break;
     }
     if (n_depth > 0) s += " @ d" + std::to_string(n_depth);
     return s;
@@ -83,6 +84,7 @@ int64_t Test::tokens_timed() const {
         case TestKind::Prompt: return n_prompt;
         case TestKind::Generation: return n_gen;
         case TestKind::Parallel: return static_cast<int64_t>(n_gen) * n_parallel;
+        case TestKind::PromptGen: return static_cast<int64_t>(n_prompt) + n_gen;
     }
     return 0;
 }
@@ -96,6 +98,7 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     std::string output = "md";
     int32_t mmap = 1;
     int32_t n_gpu_layers = 0;
+    std::vector<std::string> prompt_gen;  // "PP,TG" per -pg
     add_list(app, "-m,--model", o.models, "GGUF model files", "FILE")->required();
     add_list(app, "-p,--n-prompt", o.n_prompt, "prompt sizes (0: no prompt test)", "N");
     add_list(app, "-n,--n-gen", o.n_gen, "generation lengths (0: no generation test)", "N");
@@ -106,6 +109,10 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     add_list(app, "--cache-type-k", o.type_k, "K cache types (-ctk): f16, f32, bf16, q8_0", "TYPE");
     add_list(app, "--cache-type-v", o.type_v, "V cache types (-ctv): f16, f32, bf16, q8_0", "TYPE");
     add_list(app, "--precision", o.precision, "matmul precision: auto, fast, precise", "MODE");
+    kt::metavar(app.add_option("--prompt-gen", prompt_gen, "prompt then generation, timed together (-pg PP,TG; repeatable): t/s of PP + TG tokens")
+                    ->expected(1)
+                    ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll),
+                "PP,TG");
     add_list(app, "--parallel", o.n_parallel, "batched decode: sequences decoded together (adds one test per value and -n)", "N");
     kt::metavar(app.add_option("--parallel-prompt", o.parallel_prompt, "prompt tokens per sequence before a batched test"), "N");
     kt::metavar(app.add_option("-r,--repetitions", o.repetitions, "repetitions of each test"), "N");
@@ -137,6 +144,15 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
 
     if (o.n_threads.empty()) o.n_threads = {kiln_bench_default_threads()};
     constexpr int32_t kMaxTokens = 1 << 24;
+    for (const std::string& pg : prompt_gen) {
+        int32_t pp = 0, tg = 0;
+        int used = 0;
+        if (std::sscanf(pg.c_str(), "%d,%d%n", &pp, &tg, &used) != 2 || used != static_cast<int>(pg.size()) || pp < 1 || tg < 1 ||
+            pp > kMaxTokens || tg > kMaxTokens) {
+            throw kt::ToolError("-pg: expected PP,TG with both in [1, " + std::to_string(kMaxTokens) + "], got '" + pg + "'");
+        }
+        o.prompt_gen.emplace_back(pp, tg);
+    }
     check_range(o.n_prompt, "-p", 0, kMaxTokens);
     check_range(o.n_gen, "-n", 0, kMaxTokens);
     check_range(o.n_depth, "-d", 0, kMaxTokens);
@@ -158,7 +174,7 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     check_member(o.precision, "--precision", kPrecisions);
     const bool any_prompt = std::any_of(o.n_prompt.begin(), o.n_prompt.end(), [](int32_t p) { return p > 0; });
     const bool any_gen = std::any_of(o.n_gen.begin(), o.n_gen.end(), [](int32_t n) { return n > 0; });
-    if (!any_prompt && !any_gen) throw kt::ToolError("nothing to measure: every -p and -n value is 0");
+    if (!any_prompt && !any_gen && o.prompt_gen.empty()) throw kt::ToolError("nothing to measure: every -p and -n value is 0 and there is no -pg");
     if (!o.n_parallel.empty() && !any_gen) throw kt::ToolError("--parallel needs a generation length: give -n N with N > 0");
     return true;
 }
@@ -186,6 +202,13 @@ std::vector<Test> expand_tests(const Options& o) {
                                     Test x = base;
                                     x.kind = TestKind::Generation;
                                     x.n_gen = n;
+                                    tests.push_back(x);
+                                }
+                                for (auto [pp, tg] : o.prompt_gen) {
+                                    Test x = base;
+                                    x.kind = TestKind::PromptGen;
+                                    x.n_prompt = pp;
+                                    x.n_gen = tg;
                                     tests.push_back(x);
                                 }
                                 for (int32_t np : o.n_parallel) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln_bench {
@@ -22,6 +23,7 @@ struct Options {
     std::vector<std::string> type_k{"f16"};
     std::vector<std::string> type_v{"f16"};
     std::vector<std::string> precision{"auto"};
+    std::vector<std::pair<int32_t, int32_t>> prompt_gen;  // -pg: (prompt, generated) tokens timed together
     std::vector<int32_t> n_parallel;     // empty: no batched-decode tests
     int32_t parallel_prompt = 16;        // tokens each sequence is prompted with before a batched test
     int32_t repetitions = 5;
@@ -39,13 +41,14 @@ struct Options {
     bool verbose = false;
 };
 
-enum class TestKind { Prompt, Generation, Parallel };
+// PromptGen: llama-bench's -pg, a prompt and then tokens generated after it, timed as one.
+enum class TestKind { Prompt, Generation, Parallel, PromptGen };
 
 // One measured row: what is decoded, at which depth, with which settings.
 struct Test {
     TestKind kind = TestKind::Prompt;
-    int32_t n_prompt = 0;      // prompt tokens (Prompt), or per-sequence prompt (Parallel)
-    int32_t n_gen = 0;         // generated tokens (Generation, Parallel: per sequence)
+    int32_t n_prompt = 0;      // prompt tokens (Prompt, PromptGen), or per-sequence prompt (Parallel)
+    int32_t n_gen = 0;         // generated tokens (Generation, PromptGen; Parallel: per sequence)
     int32_t n_depth = 0;       // KV positions filled before the test (per sequence)
     int32_t n_parallel = 1;    // sequences decoded together
     int32_t n_threads = 0;
@@ -53,8 +56,10 @@ struct Test {
     int32_t n_ubatch = 0;
     std::string type_k, type_v, precision;
 
-    // "pp512", "tg128 @ d4096", "tg32 x8"
+    // "pp512", "tg128 @ d4096", "tg32 x8", "pp512+tg128"
     std::string name() const;
+    // Only generation steps are timed (Generation, Parallel): the rows with bytes read per token.
+    bool decodes() const { return kind == TestKind::Generation || kind == TestKind::Parallel; }
     // KV cells the test needs: every sequence's depth, prompt and generated tokens.
     int64_t cells_needed() const;
     // Tokens one repetition times (the t/s numerator).
@@ -66,7 +71,7 @@ struct Test {
 bool parse_options(int argc, char** argv, Options& opts, int& exit_code);
 
 // Every test for one model, in llama-bench's order: settings outermost, then
-// depth, then the prompt sizes, the generation lengths and the batched tests.
+// depth, then the prompt sizes, the generation lengths, -pg and the batched tests.
 // Throws ToolError when -c is given and a test does not fit in it.
 std::vector<Test> expand_tests(const Options& opts);
 

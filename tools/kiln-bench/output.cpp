@@ -58,12 +58,12 @@ double row_bandwidth(const Report& rep, const Result& r) {
 
 // Every field of a row, in output order (CSV columns, JSON keys).
 std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Result& r) {
-    const bool gen = r.test.kind != TestKind::Prompt;
+    const bool gen = r.test.decodes();
     const Bandwidth* bw = bandwidth_for(rep, r.n_threads);
     const double row_bw = gen ? row_bandwidth(rep, r) : 0;
     const double wkv = static_cast<double>(r.model.size + r.kv_bytes);
     auto gen_only = [&](double v) { return gen ? Value::real(v) : Value::null(); };
-    const bool ops = !gen && r.model.matmul_weights > 0;
+    const bool ops = r.test.kind == TestKind::Prompt && r.model.matmul_weights > 0;
     const PeakProbe* pk = ops ? row_peak(rep, r) : nullptr;
     return {
         {"model_filename", Value::text(r.model.filename)},
@@ -342,7 +342,7 @@ void print_markdown(FILE* out, const Report& rep) {
     }
     cols.push_back({"test", true, [](const Report&, const Result& r) { return r.test.name(); }});
     cols.push_back({"t/s", true, [](const Report&, const Result& r) { return pm(r.avg_ts(), r.stddev_ts()); }});
-    const bool gen = any([](const Result& r) { return r.test.kind != TestKind::Prompt; });
+    const bool gen = any([](const Result& r) { return r.test.decodes(); });
     if (any([](const Result& r) { return r.test.n_parallel > 1; })) {
         cols.push_back({"t/s per seq", true, [](const Report&, const Result& r) {
                             return r.test.kind == TestKind::Parallel ? fmt("%.2f", r.avg_ts_per_seq()) : std::string();
@@ -350,21 +350,21 @@ void print_markdown(FILE* out, const Report& rep) {
     }
     if (gen) {
         cols.push_back({"MiB/token", true, [](const Report&, const Result& r) {
-                            return r.test.kind == TestKind::Prompt ? std::string() : fmt("%.1f", r.bytes_per_token() / kMiB);
+                            return r.test.decodes() ? fmt("%.1f", r.bytes_per_token() / kMiB) : std::string();
                         }});
         cols.push_back({"GiB/s", true, [](const Report&, const Result& r) {
-                            return r.test.kind == TestKind::Prompt ? std::string() : fmt("%.2f", r.effective_gibs());
+                            return r.test.decodes() ? fmt("%.2f", r.effective_gibs()) : std::string();
                         }});
         if (any([](const Result& r) { return r.row_bandwidth_gibs > 0; })) {
             cols.push_back({"probe GiB/s", true, [](const Report&, const Result& r) {
-                                return r.test.kind == TestKind::Prompt || r.row_bandwidth_gibs <= 0 ? std::string()
+                                return !r.test.decodes() || r.row_bandwidth_gibs <= 0 ? std::string()
                                                                                                      : fmt("%.2f", r.row_bandwidth_gibs);
                             }});
         }
         if (!rep.bandwidth.empty()) {
             cols.push_back({"% bw", true, [](const Report& p, const Result& r) {
                                 const double bw = row_bandwidth(p, r);
-                                if (r.test.kind == TestKind::Prompt || bw <= 0) return std::string();
+                                if (!r.test.decodes() || bw <= 0) return std::string();
                                 return fmt("%.1f", 100.0 * r.effective_gibs() / bw);
                             }});
         }

@@ -286,6 +286,12 @@ Result run_test(const kiln_model* model, const ModelInfo& info, const Test& t, c
             case TestKind::Parallel:
                 for (int32_t i = 0; i < (warmup ? 1 : t.n_gen); ++i) drv.step(n_seq, base + i);
                 break;
+            case TestKind::PromptGen: {
+                const int32_t pp = warmup ? std::min(t.n_prompt, t.n_batch) : t.n_prompt;
+                drv.prompt(0, base, pp);
+                for (int32_t i = 0; i < (warmup ? 1 : t.n_gen); ++i) drv.step(1, base + pp + i);
+                break;
+            }
         }
     };
     if (opts.warmup) {
@@ -329,7 +335,7 @@ Result run_test(const kiln_model* model, const ModelInfo& info, const Test& t, c
         const double chunks = static_cast<double>((t.n_prompt + t.n_batch - 1) / t.n_batch);
         const double body = static_cast<double>(info.matmul_weights - info.output_weights);
         r.ops_per_token = 2.0 * (body + static_cast<double>(info.output_weights) * chunks / t.n_prompt);
-    } else {
+    } else if (t.decodes()) {
         // Token i of a sequence sits at position base + i and attends base + i + 1 positions;
         // a batched step reads the weights once for all its sequences.
         double kv = 0;
@@ -370,7 +376,7 @@ void Runner::run_model(const std::string& path, const std::vector<Test>& tests, 
     for (const Test& t : tests) {
         std::fprintf(stderr, "kiln-bench: %s: %s, %d threads ...\n", info.filename.c_str(), t.name().c_str(), t.n_threads);
         try {
-            const bool row_probe = row_probe_mib > 0 && t.kind != TestKind::Prompt;
+            const bool row_probe = row_probe_mib > 0 && t.decodes();
             const double before = row_probe ? probe(t.n_threads) : 0;
             Result r = run_test(model.get(), info, t, opts_, warned_rss);
             if (row_probe) r.row_bandwidth_gibs = std::max(before, probe(t.n_threads));
