@@ -175,6 +175,30 @@ def test_parallel_rows(tool, models):
         assert r["bytes_per_token"] == pytest.approx(facts.gen_bytes_per_token(r["n_depth"] + 5, 3, p), rel=1e-9)
 
 
+def test_jsonl_and_stderr_output(tool, models):
+    # -o jsonl: one object per line with the JSON array's keys; -oe: the results again on stderr.
+    res = bench(tool, "-m", models["llama"], "-p", "4", "-n", "2", "-o", "jsonl", "-oe", "json", "--profile")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    rows = [json.loads(ln) for ln in lines]
+    assert [r["test"] for r in rows] == ["pp4", "tg2"]
+    for r in rows:
+        assert FIELDS | JSON_ONLY | {"profile", "profile_tokens"} == set(r)
+    err_json = json.loads(res.stderr[res.stderr.index("\n[") + 1:])
+    assert [r["test"] for r in err_json] == ["pp4", "tg2"]
+    assert [r["samples_ns"] for r in err_json] == [r["samples_ns"] for r in rows]
+    assert [r["profile"] for r in err_json] == [r["profile"] for r in rows]
+
+
+def test_llama_bench_flags_without_effect_are_accepted(tool, models):
+    # Scripts written for llama-bench pass these; each is validated and changes nothing here.
+    res = bench(tool, "-m", models["llama"], "-p", "4", "-n", "0", "-fa", "1", "-nkvo", "0", "-sm", "none", "-mg", "0",
+                "-ts", "1", "-embd", "0", "--numa", "distribute", "--prio", "0", "--progress", "--delay", "0.01",
+                "-o", "json")
+    assert res.returncode == 0, res.stderr
+    assert [r["test"] for r in json.loads(res.stdout)] == ["pp4"]
+
+
 def test_prompt_then_generation_rows(tool, models):
     # llama-bench's -pg: a prompt and the tokens generated after it, timed as one (t/s of both).
     rows = bench_json(tool, "-m", models["llama"], "-p", "0", "-n", "2", "-pg", "6,3", "--prompt-gen", "4,2", "-r", "2",
@@ -328,6 +352,11 @@ def test_failed_model_is_reported_and_others_run(tool, models, tmp_path):
     (["-r", "0"], r"-r: 0 is out of range"),
     (["-p", "-3"], r"-p|out of range"),
     (["--peak-seconds", "0"], r"--peak-seconds: 0 is out of range"),
+    (["-o", "sql"], r"-o: unknown format 'sql'"),
+    (["-oe", "xml"], r"-oe: unknown format 'xml'"),
+    (["-fa", "2"], r"-fa: 2 is out of range"),
+    (["-embd", "1"], r"-embd: 1 is out of range"),
+    (["--delay", "-1"], r"--delay|out of range"),
     (["-pg", "64"], r"-pg: expected PP,TG .* got '64'"),
     (["-pg", "64,0"], r"-pg: expected PP,TG"),
     (["-pg", "8,4x"], r"-pg: expected PP,TG"),

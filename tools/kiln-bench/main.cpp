@@ -64,10 +64,12 @@ int run(int argc, char** argv) {
                                         .repack = !opts.no_repack,
                                         .verbose = opts.verbose,
                                         .row_probe_mib = opts.bandwidth ? opts.bandwidth_mib : 0,
-                                        .profile = opts.profile});
+                                        .profile = opts.profile,
+                                        .delay_s = opts.delay_s});
     std::vector<std::string> errors;
     for (const std::string& path : opts.models) runner.run_model(path, tests, report.results, errors);
     kb::print_report(stdout, opts.output, report);
+    if (opts.output_err) kb::print_report(stderr, opts.output_err_format, report);
     if (!errors.empty()) {
         std::fprintf(stderr, "kiln-bench: %zu failure%s:\n", errors.size(), errors.size() == 1 ? "" : "s");
         for (const std::string& e : errors) std::fprintf(stderr, "kiln-bench:   %s\n", e.c_str());

@@ -17,11 +17,22 @@ namespace {
 // llama-bench's multi-letter single-dash spellings, rewritten for CLI11.
 const std::vector<std::pair<std::string, std::string>> kAliases = {
     {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
-    {"-mmp", "--mmap"},       {"-ngl", "--n-gpu-layers"}, {"-pg", "--prompt-gen"},
+    {"-mmp", "--mmap"},       {"-ngl", "--n-gpu-layers"}, {"-pg", "--prompt-gen"}, {"-oe", "--output-err"},
+    {"-fa", "--flash-attn"},  {"-nkvo", "--no-kv-offload"}, {"-sm", "--split-mode"}, {"-mg", "--main-gpu"},
+    {"-ts", "--tensor-split"}, {"-embd", "--embeddings"},
 };
 
 const std::vector<std::string> kCacheTypes = {"f16", "f32", "bf16", "q8_0"};
 const std::vector<std::string> kPrecisions = {"auto", "fast", "precise"};
+
+// -o / -oe values.
+OutputFormat output_format(const std::string& flag, const std::string& name) {
+    if (name == "md") return OutputFormat::Markdown;
+    if (name == "csv") return OutputFormat::Csv;
+    if (name == "json") return OutputFormat::Json;
+    if (name == "jsonl") return OutputFormat::Jsonl;
+    throw kt::ToolError(flag + ": unknown format '" + name + "' (expected md, csv, json or jsonl)");
+}
 
 std::string lower(std::string s) {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -99,6 +110,13 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     int32_t mmap = 1;
     int32_t n_gpu_layers = 0;
     std::vector<std::string> prompt_gen;  // "PP,TG" per -pg
+    std::string output_err;
+    // llama-bench flags that have nothing to select here: validated, then ignored (see --help)
+    std::vector<int32_t> flash_attn, no_kv_offload, main_gpu, embeddings;
+    std::vector<std::string> split_mode, tensor_split;
+    std::string numa;
+    int32_t prio = 0;
+    bool progress = false;
     add_list(app, "-m,--model", o.models, "GGUF model files", "FILE")->required();
     add_list(app, "-p,--n-prompt", o.n_prompt, "prompt sizes (0: no prompt test)", "N");
     add_list(app, "-n,--n-gen", o.n_gen, "generation lengths (0: no generation test)", "N");
@@ -117,7 +135,20 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     kt::metavar(app.add_option("--parallel-prompt", o.parallel_prompt, "prompt tokens per sequence before a batched test"), "N");
     kt::metavar(app.add_option("-r,--repetitions", o.repetitions, "repetitions of each test"), "N");
     kt::metavar(app.add_option("-c,--ctx-size", o.n_ctx, "KV cells of every context (0: just what each test needs)"), "N");
-    kt::metavar(app.add_option("-o,--output", output, "results format on stdout: md, csv, json"), "FORMAT");
+    kt::metavar(app.add_option("-o,--output", output, "results format on stdout: md, csv, json, jsonl"), "FORMAT");
+    kt::metavar(app.add_option("--output-err", output_err, "the results also on stderr, in this format (-oe): md, csv, json, jsonl"), "FORMAT");
+    kt::metavar(app.add_option("--delay", o.delay_s, "seconds to pause before each test"), "S");
+    add_list(app, "--flash-attn", flash_attn,
+             "accepted for llama-bench compatibility (-fa 0|1): attention always runs tiled with an online softmax, as flash attention",
+             "0|1");
+    add_list(app, "--no-kv-offload", no_kv_offload, "accepted for llama-bench compatibility (-nkvo 0|1); no GPU backend", "0|1");
+    add_list(app, "--split-mode", split_mode, "accepted for llama-bench compatibility (-sm); no GPU backend", "MODE");
+    add_list(app, "--main-gpu", main_gpu, "accepted for llama-bench compatibility (-mg); no GPU backend", "N");
+    add_list(app, "--tensor-split", tensor_split, "accepted for llama-bench compatibility (-ts); no GPU backend", "SPLIT");
+    add_list(app, "--embeddings", embeddings, "llama-bench's embeddings mode (-embd): only 0 (no embeddings mode here)", "0");
+    kt::metavar(app.add_option("--numa", numa, "accepted for llama-bench compatibility; threads are not placed by NUMA node"), "MODE");
+    kt::metavar(app.add_option("--prio", prio, "accepted for llama-bench compatibility; the process priority is left as it is"), "N");
+    app.add_flag("--progress", progress, "accepted for llama-bench compatibility: progress always goes to stderr");
     kt::metavar(app.add_option("--mmap", mmap, "map the model file (-mmp 0: read it)"), "0|1");
     app.add_flag("--no-repack", o.no_repack, "keep the weights in the file's layout (no repacking for the CPU kernels)");
     kt::metavar(app.add_option("--n-gpu-layers", n_gpu_layers, "accepted for llama-bench compatibility (-ngl); no GPU backend"), "N");
@@ -134,11 +165,15 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     app.add_flag("-v,--verbose", o.verbose, "print model and context details and every repetition's time to stderr");
     if (!kt::parse_command_line(app, kt::translate_aliases(argc, argv, kAliases), exit_code)) return false;
 
-    output = lower(output);
-    if (output == "md") o.output = OutputFormat::Markdown;
-    else if (output == "csv") o.output = OutputFormat::Csv;
-    else if (output == "json") o.output = OutputFormat::Json;
-    else throw kt::ToolError("-o: unknown format '" + output + "' (expected md, csv or json)");
+    o.output = output_format("-o", lower(output));
+    if (!output_err.empty() && lower(output_err) != "none") {
+        o.output_err = true;
+        o.output_err_format = output_format("-oe", lower(output_err));
+    }
+    check_range(flash_attn, "-fa", 0, 1);
+    check_range(no_kv_offload, "-nkvo", 0, 1);
+    check_range(embeddings, "-embd", 0, 0);
+    if (!(o.delay_s >= 0 && o.delay_s <= 3600)) throw kt::ToolError("--delay: " + std::to_string(o.delay_s) + " is out of range [0, 3600]");
     if (mmap != 0 && mmap != 1) throw kt::ToolError("--mmap: expected 0 or 1, got " + std::to_string(mmap));
     o.no_mmap = mmap == 0;
 

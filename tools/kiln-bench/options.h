@@ -10,7 +10,7 @@
 
 namespace kiln_bench {
 
-enum class OutputFormat { Markdown, Csv, Json };
+enum class OutputFormat { Markdown, Csv, Json, Jsonl };
 
 struct Options {
     std::vector<std::string> models;
@@ -29,6 +29,9 @@ struct Options {
     int32_t repetitions = 5;
     int32_t n_ctx = 0;                   // 0: each test's context just fits it (d + p + n)
     OutputFormat output = OutputFormat::Markdown;
+    bool output_err = false;             // -oe: the results also on stderr, in output_err_format
+    OutputFormat output_err_format = OutputFormat::Markdown;
+    double delay_s = 0;                  // --delay: pause before each test (llama-bench's, to let the machine cool)
     bool bandwidth = false;
     int32_t bandwidth_mib = 1024;        // the probe's buffer
     bool peak = false;                   // measure the SIMD compute peaks (prompt rows show their share)

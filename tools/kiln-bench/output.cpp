@@ -167,30 +167,44 @@ std::string json_peak(const ComputePeak* cp) {
     return o + "}}";
 }
 
+// One row's JSON object: every field, the compute peak, the samples and the profile; pretty:
+// one key per line (the JSON array), else all on one line (JSON Lines).
+std::string json_row(const Report& rep, const Result& r, bool pretty) {
+    const char* nl = pretty ? "\n    " : " ";
+    std::string o = pretty ? "  {" : "{";
+    auto key = [&](const char* name, const std::string& value) {
+        o += (o.size() > 3 ? std::string(",") : std::string()) + nl + "\"" + name + "\": " + value;
+    };
+    for (const auto& [name, v] : fields(rep, r)) key(name, json_value(v));
+    std::vector<double> ns = r.samples_ns;
+    for (double& x : ns) x = std::round(x);
+    key("compute_peak", json_peak(peak_for(rep, r.n_threads)));
+    key("samples_ns", json_array(ns));
+    key("samples_ts", json_array(r.samples_ts()));
+    if (!r.profile.empty()) {
+        key("profile_tokens", std::to_string(r.profile_tokens));
+        std::string ops = "[";
+        for (size_t i = 0; i < r.profile.size(); ++i) {
+            const OpTimeRow& p = r.profile[i];
+            char buf[256];
+            std::snprintf(buf, sizeof buf, "\"calls\": %lld, \"op_ms\": %.6f, \"op_max_ms\": %.6f, \"wait_ms\": %.6f, \"weight_bytes\": %llu}",
+                          static_cast<long long>(p.calls), p.op_ms, p.op_max_ms, p.wait_ms, static_cast<unsigned long long>(p.weight_bytes));
+            ops += std::string(i ? "," : "") + (pretty ? "\n      " : " ") + "{\"op\": " + json_string(p.name) + ", " + buf;
+        }
+        key("profile", ops + (pretty ? "\n    ]" : "]"));
+    }
+    return o + (pretty ? "\n  }" : "}");
+}
+
 void print_json(FILE* out, const Report& rep) {
     std::fprintf(out, "[");
-    for (size_t k = 0; k < rep.results.size(); ++k) {
-        const Result& r = rep.results[k];
-        std::fprintf(out, "%s\n  {\n", k ? "," : "");
-        for (const auto& [name, v] : fields(rep, r)) std::fprintf(out, "    \"%s\": %s,\n", name, json_value(v).c_str());
-        std::vector<double> ns = r.samples_ns;
-        for (double& x : ns) x = std::round(x);
-        std::fprintf(out, "    \"compute_peak\": %s,\n", json_peak(peak_for(rep, r.n_threads)).c_str());
-        std::fprintf(out, "    \"samples_ns\": %s,\n", json_array(ns).c_str());
-        std::fprintf(out, "    \"samples_ts\": %s", json_array(r.samples_ts()).c_str());
-        if (!r.profile.empty()) {
-            std::fprintf(out, ",\n    \"profile_tokens\": %lld,\n    \"profile\": [", static_cast<long long>(r.profile_tokens));
-            for (size_t i = 0; i < r.profile.size(); ++i) {
-                const OpTimeRow& o = r.profile[i];
-                std::fprintf(out, "%s\n      {\"op\": %s, \"calls\": %lld, \"op_ms\": %.6f, \"op_max_ms\": %.6f, \"wait_ms\": %.6f, \"weight_bytes\": %llu}",
-                             i ? "," : "", json_string(o.name).c_str(), static_cast<long long>(o.calls), o.op_ms, o.op_max_ms, o.wait_ms,
-                             static_cast<unsigned long long>(o.weight_bytes));
-            }
-            std::fprintf(out, "\n    ]");
-        }
-        std::fprintf(out, "\n  }");
-    }
+    for (size_t k = 0; k < rep.results.size(); ++k) std::fprintf(out, "%s\n%s", k ? "," : "", json_row(rep, rep.results[k], true).c_str());
     std::fprintf(out, "%s]\n", rep.results.empty() ? "" : "\n");
+}
+
+// JSON Lines (llama-bench's jsonl): one object per test and line.
+void print_jsonl(FILE* out, const Report& rep) {
+    for (const Result& r : rep.results) std::fprintf(out, "%s\n", json_row(rep, r, false).c_str());
 }
 
 // ---- CSV ----
@@ -411,6 +425,7 @@ void print_report(FILE* out, OutputFormat format, const Report& report) {
         case OutputFormat::Markdown: print_markdown(out, report); break;
         case OutputFormat::Csv: print_csv(out, report); break;
         case OutputFormat::Json: print_json(out, report); break;
+        case OutputFormat::Jsonl: print_jsonl(out, report); break;
     }
     std::fflush(out);
 }

@@ -1,12 +1,14 @@
 #include "runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <ctime>
 #include <exception>
 #include <fstream>
 #include <map>
 #include <random>
+#include <thread>
 #include <utility>
 
 #include "../common/cli_common.h"
@@ -374,6 +376,7 @@ void Runner::run_model(const std::string& path, const std::vector<Test>& tests, 
             .best_gibs;
     };
     for (const Test& t : tests) {
+        if (opts_.delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(opts_.delay_s));
         std::fprintf(stderr, "kiln-bench: %s: %s, %d threads ...\n", info.filename.c_str(), t.name().c_str(), t.n_threads);
         try {
             const bool row_probe = row_probe_mib > 0 && t.decodes();

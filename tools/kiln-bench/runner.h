@@ -91,6 +91,7 @@ struct RunnerOptions {
     // reading this many MiB.
     int32_t row_probe_mib = 0;
     bool profile = false;  // time every op of the timed repetitions (Result::profile)
+    double delay_s = 0;    // pause before each test (--delay)
 };
 
 class Runner {
