@@ -360,6 +360,8 @@ def test_failed_model_is_reported_and_others_run(tool, models, tmp_path):
     (["-pg", "64"], r"-pg: expected PP,TG .* got '64'"),
     (["-pg", "64,0"], r"-pg: expected PP,TG"),
     (["-pg", "8,4x"], r"-pg: expected PP,TG"),
+    (["-pg", "99999999999999999999,4"], r"-pg: expected PP,TG"),
+    (["-pg", "8,4,2"], r"-pg: expected PP,TG"),
     (["-p", "0", "-n", "0", "-pg", "16,8", "-c", "20"], r"pp16\+tg8 needs 24 KV cells"),
 ])
 def test_bad_flags_are_clear_errors(tool, models, args, pattern):

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <climits>
 #include <cstdio>
 #include <type_traits>
@@ -180,13 +181,16 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     if (o.n_threads.empty()) o.n_threads = {kiln_bench_default_threads()};
     constexpr int32_t kMaxTokens = 1 << 24;
     for (const std::string& pg : prompt_gen) {
-        int32_t pp = 0, tg = 0;
-        int used = 0;
-        if (std::sscanf(pg.c_str(), "%d,%d%n", &pp, &tg, &used) != 2 || used != static_cast<int>(pg.size()) || pp < 1 || tg < 1 ||
-            pp > kMaxTokens || tg > kMaxTokens) {
+        // from_chars: no locale, no whitespace, and an out-of-range number is an error, not UB
+        int64_t pp = 0, tg = 0;
+        const char* end = pg.data() + pg.size();
+        const auto a = std::from_chars(pg.data(), end, pp);
+        const bool comma = a.ec == std::errc() && a.ptr != end && *a.ptr == ',';
+        const auto b = comma ? std::from_chars(a.ptr + 1, end, tg) : a;
+        if (!comma || b.ec != std::errc() || b.ptr != end || pp < 1 || tg < 1 || pp > kMaxTokens || tg > kMaxTokens) {
             throw kt::ToolError("-pg: expected PP,TG with both in [1, " + std::to_string(kMaxTokens) + "], got '" + pg + "'");
         }
-        o.prompt_gen.emplace_back(pp, tg);
+        o.prompt_gen.emplace_back(static_cast<int32_t>(pp), static_cast<int32_t>(tg));
     }
     check_range(o.n_prompt, "-p", 0, kMaxTokens);
     check_range(o.n_gen, "-n", 0, kMaxTokens);
