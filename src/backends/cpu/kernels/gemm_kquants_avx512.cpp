@@ -13,7 +13,9 @@
 //         then one FMA with the activation d (5 ops).
 // Unpacking the weights costs about as much again per tile, so with more than one tile
 // (prompts) each 16-row group is first decoded into 8-bit quants and float scale vectors
-// that all tiles share; generation (one tile) unpacks on the fly.
+// that all tiles share; generation (one tile) unpacks on the fly. Fast precision's prompts
+// take activations with one d per super-block (PackedKernels::coarse), which drops the
+// "x activation d" per block and row (tile_q4_K_decoded / tile_q6_K_decoded, kSuper).
 // Activation tiles: see gemm_kquants_scalar.cpp (the third field of a block).
 #include <immintrin.h>
 
