@@ -134,12 +134,12 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         ctx.scratch = scratch_.data();
         ctx.scratch_size = scratch_.size();
         ctx.work = &work_;
+        ctx.coarse = precision_ == MatmulPrecision::Fast;  // the same for every node
         for (size_t i = 0; i < nodes.size(); ++i) {
             const Tensor* n = nodes[i];
             const OpFn fn = op_fn(n->op);
             if (!fn) continue;  // views: nothing to compute
             ctx.precise = precise(*n);
-            ctx.coarse = precision_ == MatmulPrecision::Fast;
             if (!profiling) {
                 fn(*n, ctx);
                 pool_.barrier();
