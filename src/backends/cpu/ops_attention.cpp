@@ -6,10 +6,6 @@
 #include <cstring>
 #include <limits>
 
-#if defined(_MSC_VER) && !defined(__clang__)
-#include <intrin.h>
-#endif
-
 #include "backends/cpu/kernels/attn_kernels.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/ops.h"
@@ -82,13 +78,7 @@ constexpr int64_t kGatherRatio = 4;
 void prefetch_rows(const uint8_t* first, size_t stride, int64_t n, size_t bytes) {
     for (int64_t i = 0; i < n; ++i) {
         const uint8_t* row = first + static_cast<size_t>(i) * stride;
-        for (size_t off = 0; off < bytes; off += 64) {
-#if defined(_MSC_VER) && !defined(__clang__)
-            _mm_prefetch(reinterpret_cast<const char*>(row + off), _MM_HINT_T1);
-#else
-            __builtin_prefetch(row + off, 0, 2);
-#endif
-        }
+        for (size_t off = 0; off < bytes; off += 64) prefetch_l2(row + off);  // kernels/kernels.h
     }
 }
 

@@ -142,16 +142,39 @@ inline size_t packed_act_bytes(const PackedKernels& pk, int64_t K, int64_t rows,
 //   prefetch_weights_part; without them 0.97); 128-token prompts Q4_0 1.04, Q8_0 1.01, Q4_K_M 1.01.
 //   Far distances (prefetcht0): Q4_0 4 and 12 KiB 4-6% slower than 6-8 KiB, Q8_0 alike from 4 to
 //   12 KiB. Not measured on Zen 4, which keeps its setting.
+//
+// The settings are read once per tile call, into a local copy that the tile's loop passes to
+// prefetch_weights: reading them inside the loop (a function-local static's first-use guard,
+// with its call to the initialiser) made GCC keep the loop's accumulators in memory around it,
+// a store and a reload per block, which set the pace of the generation tiles (q4_0 on Zen 4,
+// weights in L1: 17 cycles a block of 8 vpdpbusd).
 struct WeightsPrefetch {
     bool near_l1;         // near requests (prefetch_weights; prefetch_weights_part always makes them)
     bool far_all_levels;  // far requests with prefetcht0 instead of prefetcht1
     size_t far_bytes;     // how far ahead the far requests run (at least kL1Ahead + 1 KiB)
+    bool q8_0_gen;        // the AVX-512 q8_0 generation tiles make requests (see below)
+    bool float_weights;   // the F16/BF16 tiles make requests (see below)
 };
-inline const WeightsPrefetch& weights_prefetch() {
+// F16/BF16 weights (the float tiles of gemm_float_*.cpp) stream without software requests on
+// AMD: Zen 4's hardware prefetchers follow that stream alone, and the requests only took fill
+// buffers from it. kiln-bench tg32 on the 1b F16 model, 2 threads, 3 alternated pairs (t/s,
+// with -> without): AVX-512 13.2-14.5 -> 17.4-19.8, AVX2 kernels (KILN_CPU=avx2) 13.8-14.3 ->
+// 15.5-20.5. The q4_0 and K-quant tiles still need theirs there (without: Q4_K_M 41-50 -> 27-31
+// t/s; Q8_0 26-32 -> 11 while its tiles read blocks in pairs, see q8_0_gen). On Zen 5 likewise:
+// F16 generation with the Zen 5 requests (prefetcht0 8 or 16 KiB ahead) or the Zen 4 ones took
+// 1.02-1.06 x the time without.
+// The AVX-512 q8_0 generation tiles (one block at a time, one or two activation rows) stream
+// without software requests on Zen 4 as well: one thread streaming 512 MiB (bench_gemm
+// q8_0/M:1/precise:1/dram:1, alternated, GB/s) 18.1-20.9 with them (L2 6-64 KiB ahead; prefetcht0
+// 8 or 16 KiB: 11.8-19.1) against 21.4-22.4 without; kiln-bench tg32 on the 1b Q8_0 model, 3
+// alternated pairs: 27.3 / 30.6 / 30.9 -> 28.4 / 33.4 / 33.8 t/s. q4_0 still needs them there
+// (15.3-16.5 GB/s without, 23.4-27.9 with). Zen 5 and Intel were not measured this way.
+inline WeightsPrefetch weights_prefetch() {
     static const WeightsPrefetch p = [] {  // constant for the process
         const CpuFeatures& f = cpu_features();
-        if (f.zen5) return WeightsPrefetch{.near_l1 = false, .far_all_levels = true, .far_bytes = 8192};
-        return WeightsPrefetch{.near_l1 = !f.amd, .far_all_levels = false, .far_bytes = 16384};
+        const bool q8_0_gen = !(f.zen4 && f.avx512f), float_weights = !f.amd;
+        if (f.zen5) return WeightsPrefetch{.near_l1 = false, .far_all_levels = true, .far_bytes = 8192, .q8_0_gen = q8_0_gen, .float_weights = float_weights};
+        return WeightsPrefetch{.near_l1 = !f.amd, .far_all_levels = false, .far_bytes = 16384, .q8_0_gen = q8_0_gen, .float_weights = float_weights};
     }();
     return p;
 }
@@ -164,33 +187,10 @@ inline void prefetch_far(const uint8_t* p, bool all_levels) {
         prefetch_l2(p);
     }
 }
-// F16/BF16 weights (the float tiles of gemm_float_*.cpp) stream without software requests on
-// AMD: Zen 4's hardware prefetchers follow that stream alone, and the requests only took fill
-// buffers from it. kiln-bench tg32 on the 1b F16 model, 2 threads, 3 alternated pairs (t/s,
-// with -> without): AVX-512 13.2-14.5 -> 17.4-19.8, AVX2 kernels (KILN_CPU=avx2) 13.8-14.3 ->
-// 15.5-20.5. The q4_0 and K-quant tiles still need theirs there (without: Q4_K_M 41-50 -> 27-31
-// t/s; Q8_0 26-32 -> 11 while its tiles read blocks in pairs, see q8_0_weights_prefetch). On
-// Zen 5 likewise: F16 generation with the Zen 5 requests (prefetcht0 8 or 16 KiB ahead) or the
-// Zen 4 ones took 1.02-1.06 x the time without.
-inline bool float_weights_prefetch() {
-    static const bool on = !cpu_features().amd;  // constant for the process
-    return on;
-}
-// The AVX-512 q8_0 generation tiles (one block at a time, one or two activation rows) stream
-// without software requests on Zen 4 as well: one thread streaming 512 MiB (bench_gemm
-// q8_0/M:1/precise:1/dram:1, alternated, GB/s) 18.1-20.9 with them (L2 6-64 KiB ahead; prefetcht0
-// 8 or 16 KiB: 11.8-19.1) against 21.4-22.4 without; kiln-bench tg32 on the 1b Q8_0 model, 3
-// alternated pairs: 27.3 / 30.6 / 30.9 -> 28.4 / 33.4 / 33.8 t/s. q4_0 still needs them there
-// (15.3-16.5 GB/s without, 23.4-27.9 with). Zen 5 and Intel were not measured this way.
-inline bool q8_0_weights_prefetch() {
-    static const bool on = !(cpu_features().zen4 && cpu_features().avx512f);  // constant for the process
-    return on;
-}
-// Prefetches the kBytes of weights at p: near (if weights_prefetch().near_l1) from kL1Ahead and
-// far from weights_prefetch().far_bytes ahead.
+// Prefetches the kBytes of weights at p: near (if wp.near_l1) from kL1Ahead and far from
+// wp.far_bytes ahead (wp: the tile's copy of weights_prefetch()).
 template <size_t kBytes, size_t kL1Ahead = kPrefetchL1Bytes>
-inline void prefetch_weights(const uint8_t* p) {
-    const WeightsPrefetch& wp = weights_prefetch();
+inline void prefetch_weights(const WeightsPrefetch& wp, const uint8_t* p) {
     const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + 1024);
 #pragma GCC unroll 64
     for (size_t off = 0; off < kBytes; off += 64) {
@@ -217,9 +217,8 @@ inline void compiler_fence() {
 // 512 MiB (bench_gemm M:1/precise:1/dram:1, alternated, GB/s): Q4_K 12.4-13.5 -> 19.4-22.1,
 // Q6_K 9.6-10.8 -> 19.0-23.7; kiln-bench tg32 on the 1b Q4_K_M model: 30.5-34.2 -> 41-54 t/s.
 template <size_t kBytes, int kParts, size_t kL1Ahead = kPrefetchL1Bytes>
-inline void prefetch_weights_part(const uint8_t* p, int part) {
+inline void prefetch_weights_part(const WeightsPrefetch& wp, const uint8_t* p, int part) {
     constexpr size_t kChunk = (kBytes + kParts * 64 - 1) / (kParts * 64) * 64;
-    const WeightsPrefetch& wp = weights_prefetch();
     const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + 1024);
     const size_t first = static_cast<size_t>(part) * kChunk;
     compiler_fence();

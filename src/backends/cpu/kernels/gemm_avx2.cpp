@@ -132,11 +132,12 @@ void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, int c0, float* y, in
     __m256 acc[R][2];
 #pragma GCC unroll 4
     for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = wg + b * kBlockBytes<kQ4>;
         const uint8_t* xb = xt + b * kActBlockBytes;
-        if constexpr (kPrefetch) prefetch_weights<kBlockBytes<kQ4>>(blk);  // gemm.h
+        if constexpr (kPrefetch) prefetch_weights<kBlockBytes<kQ4>>(wp, blk);  // gemm.h
         __m256i s[R][2];
         block_sums<kQ4, R>(blk + 32, xb, c0, s);
         const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile) + c0;

@@ -42,8 +42,13 @@ struct Layout {
     static constexpr int kSteps = kQ4 ? 4 : 8;
     static constexpr int kSplit = kQ4 ? 4 : 0;
     static inline void step(const uint8_t* blk, int s, __m512i& a, __m512i& b) {
-        const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * s);
+        __m512i v = _mm512_loadu_si512(blk + 32 + 64 * s);
         if constexpr (kQ4) {
+            // One load for both nibbles: without the barrier GCC folds the load into the mask
+            // and into the shift, two 64-byte loads, and with one activation row (generation)
+            // the loads, not the vpdpbusd, set the pace (a 64-byte load and a broadcast take
+            // about a cycle together on Zen 4).
+            asm("" : "+v"(v));
             const __m512i m4 = _mm512_set1_epi8(0x0F);
             a = _mm512_and_si512(v, m4);
             b = Unpack::high_nibbles(v, m4);
@@ -62,12 +67,12 @@ struct Layout {
 // (5-cycle latency) left the two vector ports idle; two blocks measured +9-14% in the 8-row
 // prompt tile.
 // kPf: the weights stream from memory; ask for them early (gemm.h, prefetch_weights; q8_0
-// generation on Zen 4 leaves it to the hardware, q8_0_weights_prefetch).
+// generation on Zen 4 leaves it to the hardware, WeightsPrefetch::q8_0_gen).
 template <bool kQ4, class Unpack, int NC, int NB, bool kPf>
-inline void add_blocks(const uint8_t* blk, const uint8_t* xb, __m512 (&acc)[NC]) {
+inline void add_blocks(const WeightsPrefetch& wp, const uint8_t* blk, const uint8_t* xb, __m512 (&acc)[NC]) {
     using L = Layout<kQ4, Unpack>;
     if constexpr (kPf) {
-        if (kQ4 || NC > 2 || q8_0_weights_prefetch()) prefetch_weights<NB * L::kBlockBytes>(blk);
+        if (kQ4 || NC > 2 || wp.q8_0_gen) prefetch_weights<NB * L::kBlockBytes>(wp, blk);
     }
     // sum[i][j]: block i, row j; starts from the block's offset correction.
     __m512i sum[NB][NC];
@@ -127,10 +132,11 @@ void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, float* y, int64_t y_
     // (prefetch_weights) both orders streamed alike; without them 6-10 against 21 GB/s
     // (bench_gemm q8_0/M:1/precise:1/dram:1), so the stream no longer rests on them alone.
     constexpr int kPair = !kQ4 && kPf && NC <= 2 ? 1 : 2;
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (see WeightsPrefetch)
     int64_t b = 0;
 #pragma GCC unroll 1
-    for (; b + kPair <= nb; b += kPair) add_blocks<kQ4, Unpack, NC, kPair, kPf>(wg + b * Layout<kQ4, Unpack>::kBlockBytes, xt + b * kActBlockBytes, acc);
-    if (b < nb) add_blocks<kQ4, Unpack, NC, 1, kPf>(wg + b * Layout<kQ4, Unpack>::kBlockBytes, xt + b * kActBlockBytes, acc);
+    for (; b + kPair <= nb; b += kPair) add_blocks<kQ4, Unpack, NC, kPair, kPf>(wp, wg + b * Layout<kQ4, Unpack>::kBlockBytes, xt + b * kActBlockBytes, acc);
+    if (b < nb) add_blocks<kQ4, Unpack, NC, 1, kPf>(wp, wg + b * Layout<kQ4, Unpack>::kBlockBytes, xt + b * kActBlockBytes, acc);
 #pragma GCC unroll 8
     for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, P == 2 ? _mm512_add_ps(acc[P * o], acc[P * o + 1]) : acc[P * o]);
 }
@@ -168,11 +174,11 @@ void gemm(const GemmTask& t) {
 // blocks in pairs: 16 dependency chains, 24 live registers), q8_0 likewise with 8 rows and one
 // block at a time (its two groups' 68 KiB do not stay in L1 for a second pass over 4 rows).
 template <bool kQ4, class Unpack, int NC, int NB, bool kPf>
-inline void add_blocks_wide(const uint8_t* blk, size_t wg_stride, const uint8_t* xb, int j0, __m512 (&acc)[2][NC]) {
+inline void add_blocks_wide(const WeightsPrefetch& wp, const uint8_t* blk, size_t wg_stride, const uint8_t* xb, int j0, __m512 (&acc)[2][NC]) {
     using L = Layout<kQ4, Unpack>;
     if constexpr (kPf) {
-        prefetch_weights<NB * L::kBlockBytes>(blk);
-        prefetch_weights<NB * L::kBlockBytes>(blk + wg_stride);
+        prefetch_weights<NB * L::kBlockBytes>(wp, blk);
+        prefetch_weights<NB * L::kBlockBytes>(wp, blk + wg_stride);
     }
     // sum[i][g][j]: block i, group g, activation row j0 + j; from the block's offset correction.
     __m512i sum[NB][2][NC];
@@ -230,10 +236,11 @@ void tile_wide(const uint8_t* wg, size_t wg_stride, int64_t nb, const uint8_t* x
         for (int j = 0; j < NC; ++j) acc[g][j] = _mm512_setzero_ps();
     }
     constexpr size_t kB = Layout<kQ4, Unpack>::kBlockBytes;
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (see WeightsPrefetch)
     int64_t b = 0;
 #pragma GCC unroll 1
-    for (; b + NB <= nb; b += NB) add_blocks_wide<kQ4, Unpack, NC, NB, kPf>(wg + b * kB, wg_stride, xt + b * kActBlockBytes, j0, acc);
-    if (b < nb) add_blocks_wide<kQ4, Unpack, NC, 1, kPf>(wg + b * kB, wg_stride, xt + b * kActBlockBytes, j0, acc);
+    for (; b + NB <= nb; b += NB) add_blocks_wide<kQ4, Unpack, NC, NB, kPf>(wp, wg + b * kB, wg_stride, xt + b * kActBlockBytes, j0, acc);
+    if (b < nb) add_blocks_wide<kQ4, Unpack, NC, 1, kPf>(wp, wg + b * kB, wg_stride, xt + b * kActBlockBytes, j0, acc);
 #pragma GCC unroll 2
     for (int g = 0; g < 2; ++g) {
 #pragma GCC unroll 8

@@ -97,9 +97,10 @@ void act_f32(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
 
 constexpr int64_t kSlab = 8;             // blocks of 32 columns per converted slab (2 x 8 KiB)
 
-// Single-tile kernels stream the weights from memory (gemm.h; not on AMD, float_weights_prefetch).
-inline void prefetch_block(const uint8_t* p) {
-    if (float_weights_prefetch()) prefetch_weights<kWBlockBytes>(p);
+// Single-tile kernels stream the weights from memory (gemm.h; not on AMD,
+// WeightsPrefetch::float_weights). wp: the tile's copy, read outside its loop.
+inline void prefetch_block(const WeightsPrefetch& wp, const uint8_t* p) {
+    if (wp.float_weights) prefetch_weights<kWBlockBytes>(wp, p);
 }
 
 // ---- fast (BF16) ----
@@ -127,13 +128,14 @@ void fast_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const uint8_t* 
 #pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) acc[g][j] = _mm512_setzero_ps();
     }
+    const WeightsPrefetch wp = weights_prefetch();
 #pragma GCC unroll 1
     for (int64_t b = 0; b < nblk; ++b) {
         const uint8_t* wb = w + b * kWBlockBytes;
         const uint8_t* xb = xt + b * kBf16BlockBytes;
         if constexpr (kPrefetch) {
 #pragma GCC unroll 2
-            for (int g = 0; g < NG; ++g) prefetch_block(wb + g * wg_stride);
+            for (int g = 0; g < NG; ++g) prefetch_block(wp, wb + g * wg_stride);
         }
 #pragma GCC unroll 16
         for (int i = 0; i < kPackCols16 / 2; ++i) {
@@ -291,6 +293,7 @@ KILN_FP16 void half_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const
                          bool add) {
     constexpr int64_t kRunBlocks = kHalfRun / (kPackCols16 / 2);
     alignas(64) float sum[NG][NC][32] = {};  // float sums per lane (row, parity)
+    const WeightsPrefetch wp = weights_prefetch();
 #pragma GCC unroll 1
     for (int64_t b0 = 0; b0 < nblk; b0 += kRunBlocks) {
         __m512h acc[NG][NC];
@@ -306,7 +309,7 @@ KILN_FP16 void half_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const
             const uint8_t* xb = xt + b * kBf16BlockBytes;
             if constexpr (kPrefetch) {
 #pragma GCC unroll 2
-                for (int g = 0; g < NG; ++g) prefetch_block(wb + g * wg_stride);
+                for (int g = 0; g < NG; ++g) prefetch_block(wp, wb + g * wg_stride);
             }
 #pragma GCC unroll 16
             for (int i = 0; i < kPackCols16 / 2; ++i) {
@@ -418,11 +421,12 @@ void precise_tile(const uint8_t* w, int64_t nblk, const uint8_t* xt, float* y, i
 #pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) a[s][j] = b[s][j] = _mm512_setzero_ps();
     }
+    const WeightsPrefetch wp = weights_prefetch();
 #pragma GCC unroll 1
     for (int64_t blk = 0; blk < nblk; ++blk) {
         const uint8_t* wb = w + blk * kWBlockBytes;
         const uint8_t* xb = xt + blk * kF32BlockBytes;
-        if constexpr (NC <= 2) prefetch_block(wb);
+        if constexpr (NC <= 2) prefetch_block(wp, wb);
 #pragma GCC unroll 16
         for (int i = 0; i < kPackCols16 / 2; ++i) {
             const int s = i % S;

@@ -150,15 +150,16 @@ constexpr size_t kDecodedQuantBytes = 64 * 64;
 constexpr size_t kDecodedBytes = kDecodedQuantBytes + sizeof(Q4KScales);
 
 template <size_t kBlockBytes>
-inline void prefetch_ahead(const uint8_t* blk) {
-    prefetch_weights<kBlockBytes, kPrefetchBlocks * kBlockBytes>(blk);
+inline void prefetch_ahead(const WeightsPrefetch& wp, const uint8_t* blk) {
+    prefetch_weights<kBlockBytes, kPrefetchBlocks * kBlockBytes>(wp, blk);
 }
 
 void decode_q4_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
     for (int64_t sb = 0; sb < nsb; ++sb, dst += kDecodedBytes) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
-        prefetch_ahead<sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
+        prefetch_ahead<sizeof(block_q4_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
         for (int jj = 0; jj < 4; ++jj) {
             for (int c = 0; c < 16; ++c) {  // 8 chunks x 2 halves
                 const __m256i w = load256(blk->qs + 512 * jj + 32 * c);
@@ -179,6 +180,7 @@ void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float*
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
     [[maybe_unused]] Q4KScales scales;
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
@@ -206,13 +208,13 @@ void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float*
         for (int jj = 0; jj < 4; ++jj) {
             __m256i s[R][2];
             if constexpr (kPrefetch) {
-                prefetch_weights_part<sizeof(block_q4_Kx16), 8, kPrefetchBlocks * sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk), 2 * jj);
+                prefetch_weights_part<sizeof(block_q4_Kx16), 8, kPrefetchBlocks * sizeof(block_q4_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk), 2 * jj);
             }
             const uint8_t* q = kDecoded ? dec + 64 * 8 * (2 * jj) : blk->qs + 512 * jj;
             q4_K_sums<R, false, kDecoded>(q, xs + 2 * jj * kActBlockBytes, c0, s);
             add(2 * jj, s);
             if constexpr (kPrefetch) {
-                prefetch_weights_part<sizeof(block_q4_Kx16), 8, kPrefetchBlocks * sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk), 2 * jj + 1);
+                prefetch_weights_part<sizeof(block_q4_Kx16), 8, kPrefetchBlocks * sizeof(block_q4_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk), 2 * jj + 1);
             }
             q4_K_sums<R, true, kDecoded>(kDecoded ? q + 64 * 8 : q, xs + (2 * jj + 1) * kActBlockBytes, c0, s);
             add(2 * jj + 1, s);
@@ -258,9 +260,10 @@ inline void q6_K_scales(const block_q6_Kx16* blk, Q6KScales& dsc) {
 }
 
 void decode_q6_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
     for (int64_t sb = 0; sb < nsb; ++sb, dst += kDecodedBytes) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
-        prefetch_ahead<sizeof(block_q6_Kx16)>(reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
+        prefetch_ahead<sizeof(block_q6_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
         for (int b = 0; b < 8; ++b) {
             for (int c = 0; c < 8; ++c) {
                 for (int h = 0; h < 2; ++h) _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 64 * (8 * b + c) + 32 * h), q6_K_chunk(blk, b, c, h));
@@ -279,6 +282,7 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float*
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
     alignas(32) Q6KScales scales;
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
@@ -293,7 +297,7 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float*
 #pragma GCC unroll 1
         for (int b = 0; b < 8; ++b) {  // activation block b: sub-blocks 2b, 2b+1
             if constexpr (kPrefetch) {
-                prefetch_weights_part<sizeof(block_q6_Kx16), 8, kPrefetchBlocks * sizeof(block_q6_Kx16)>(reinterpret_cast<const uint8_t*>(blk), b);
+                prefetch_weights_part<sizeof(block_q6_Kx16), 8, kPrefetchBlocks * sizeof(block_q6_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk), b);
             }
             const uint8_t* xb = xs + b * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile) + c0;

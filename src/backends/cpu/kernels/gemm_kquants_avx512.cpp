@@ -43,13 +43,13 @@ namespace {
 constexpr size_t kPrefetchBlocks = 2;
 
 template <size_t kBytes>
-inline void prefetch_ahead(const uint8_t* blk) {
-    prefetch_weights<kBytes, kPrefetchBlocks * kBytes>(blk);
+inline void prefetch_ahead(const WeightsPrefetch& wp, const uint8_t* blk) {
+    prefetch_weights<kBytes, kPrefetchBlocks * kBytes>(wp, blk);
 }
 // prefetch_ahead's requests spread over the 8 steps of a super-block (generation tiles).
 template <size_t kBytes>
-inline void prefetch_ahead_part(const uint8_t* blk, int part) {
-    prefetch_weights_part<kBytes, 8, kPrefetchBlocks * kBytes>(blk, part);
+inline void prefetch_ahead_part(const WeightsPrefetch& wp, const uint8_t* blk, int part) {
+    prefetch_weights_part<kBytes, 8, kPrefetchBlocks * kBytes>(wp, blk, part);
 }
 
 // Byte t of every 32-bit lane, zero-extended (vpshufb: indices within each 128-bit lane).
@@ -182,6 +182,7 @@ void tile_q4_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, 
     __m512 acc[NO], accm[NO];
 #pragma GCC unroll 2
     for (int o = 0; o < NO; ++o) acc[o] = accm[o] = _mm512_setzero_ps();
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
@@ -191,14 +192,32 @@ void tile_q4_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, 
         __m512 se[NO], so[NO], sm[NO];  // this super-block's even, odd and min sums
 #pragma GCC unroll 2
         for (int o = 0; o < NO; ++o) se[o] = so[o] = sm[o] = _mm512_setzero_ps();
+        __m512i raw[8];  // the quant bytes of the current pair of sub-blocks
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
-            prefetch_ahead_part<sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk), j);
+            prefetch_ahead_part<sizeof(block_q4_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk), j);
             const uint8_t* xb = xs + j * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
             const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile);
+            // Sub-blocks 2i and 2i + 1 share their bytes (low and high nibbles): loaded once, for
+            // the even one, and kept in registers (the barrier keeps GCC from folding the load
+            // into each sub-block's mask again: one 64-byte load per vpdpbusd, on load ports
+            // that the activations' broadcasts already keep busy).
+            if (j % 2 == 0) {
+#pragma GCC unroll 8
+                for (int c = 0; c < 8; ++c) {
+                    raw[c] = _mm512_loadu_si512(blk->qs + 512 * (j / 2) + 64 * c);
+                    asm("" : "+v"(raw[c]));
+                }
+            }
+            __m512i w[8];
+            const __m512i mask = _mm512_set1_epi8(j % 2 ? static_cast<char>(0xF0) : 0x0F);
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; ++c) w[c] = _mm512_and_si512(raw[c], mask);
             __m512i sum[NC];
-            q4_K_sub_block_sums<NC>(blk, j, xb, sum);
+#pragma GCC unroll 2
+            for (int k = 0; k < NC; ++k) sum[k] = _mm512_setzero_si512();
+            dot_chunks<NC, 0, 8>(sum, w, xb);
 #pragma GCC unroll 2
             for (int o = 0; o < NO; ++o) {
                 __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[P * o]), _mm512_set1_ps(xd[P * o]));
@@ -271,6 +290,7 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
     __m512 acc[NC];
 #pragma GCC unroll 8
     for (int k = 0; k < NC; ++k) acc[k] = _mm512_setzero_ps();
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
@@ -279,7 +299,7 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
 #pragma GCC unroll 8
         for (int b = 0; b < 8; ++b) {  // activation block b: sub-blocks 2b, 2b+1
-            if constexpr (NC <= 2) prefetch_ahead_part<sizeof(block_q6_Kx16)>(reinterpret_cast<const uint8_t*>(blk), b);
+            if constexpr (NC <= 2) prefetch_ahead_part<sizeof(block_q6_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk), b);
             __m512i w[8];
             q6_K_weights(blk, b, w);
             const uint8_t* xb = xs + b * kActBlockBytes;
@@ -319,9 +339,10 @@ constexpr size_t kDecodedBytes = 64 * 64 + 16 * 64;
 
 void decode_q4_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
     auto* out = reinterpret_cast<__m512i*>(dst);
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
     for (int64_t sb = 0; sb < nsb; ++sb, out += kDecodedBytes / 64) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
-        prefetch_ahead<sizeof(block_q4_Kx16)>(reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
+        prefetch_ahead<sizeof(block_q4_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
         __m512 dsc[8], dmn[8];
         q4_K_scales(blk, dsc, dmn);
         for (int j = 0; j < 8; ++j) {
@@ -336,9 +357,10 @@ void decode_q4_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
 
 void decode_q6_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
     auto* out = reinterpret_cast<__m512i*>(dst);
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
     for (int64_t sb = 0; sb < nsb; ++sb, out += kDecodedBytes / 64) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
-        prefetch_ahead<sizeof(block_q6_Kx16)>(reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
+        prefetch_ahead<sizeof(block_q6_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
         for (int b = 0; b < 8; ++b) {
             __m512i w[8];

@@ -61,9 +61,17 @@ FromFloatFn native_from_float(Type t);
 bool isa_supported(Isa isa);
 
 // Software prefetch of the cache line at p into L1 / into L2 (a hint: never faults).
+// With GCC and clang an asm statement, not __builtin_prefetch: GCC 12 treats the builtin as
+// free of side effects and deletes a loop that does nothing else (as finite loops without
+// effects may be), so prefetch_weights' loop over a block's lines vanished from every tile
+// once the tiles stopped reading their settings inside it (a static's guard had kept it).
 inline void prefetch_l1(const void* p) {
 #if defined(_MSC_VER) && !defined(__clang__)
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+#elif defined(__x86_64__) || defined(__i386__)
+    asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#elif defined(__aarch64__)
+    asm volatile("prfm pldl1keep, %a0" : : "p"(p));
 #else
     __builtin_prefetch(p, 0, 3);
 #endif
@@ -71,6 +79,10 @@ inline void prefetch_l1(const void* p) {
 inline void prefetch_l2(const void* p) {
 #if defined(_MSC_VER) && !defined(__clang__)
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+#elif defined(__x86_64__) || defined(__i386__)
+    asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
+#elif defined(__aarch64__)
+    asm volatile("prfm pldl2keep, %a0" : : "p"(p));
 #else
     __builtin_prefetch(p, 0, 2);
 #endif
