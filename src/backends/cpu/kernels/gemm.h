@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "backends/cpu/kernels/kernels.h"
 #include "core/types.h"
@@ -144,10 +145,17 @@ inline size_t packed_act_bytes(const PackedKernels& pk, int64_t K, int64_t rows,
 //   12 KiB. Not measured on Zen 4, which keeps its setting.
 //
 // The settings are read once per tile call, into a local copy that the tile's loop passes to
-// prefetch_weights: reading them inside the loop (a function-local static's first-use guard,
-// with its call to the initialiser) made GCC keep the loop's accumulators in memory around it,
-// a store and a reload per block, which set the pace of the generation tiles (q4_0 on Zen 4,
-// weights in L1: 17 cycles a block of 8 vpdpbusd).
+// prefetch_weights. Read inside the loop (a function-local static: its first-use guard, with
+// a call to the initialiser on the cold path), they made GCC keep the loop's accumulators in
+// memory, a store and a reload per block. Measured on Zen 4 (bench/ab_builds.c), the two
+// builds' kernels alternating call by call in one process, one thread, M = 1, 2048 x 256
+// weights in L2: Q4_K 0.60 x the time, Q6_K 0.82, q4_0 0.88, F16 1.00, q8_0 1.29 (its loop of
+// one 8-vpdpbusd chain per block ran faster around the reload; not understood). In 2-thread
+// generation, which streams from memory, the two builds' contexts decoding tokens in turn (both
+// orders, to cancel the second model's placement): Q8_0 0.92 x the time, Q4_0 1.01, Q4_K_M
+// 0.97, F16 1.00 (noise about 3%). Kept out: fewer loads in the generation tiles (one load per
+// q4_0 / Q4_K quant register instead of one per use; Q6_K's shared bits loaded once for 4
+// blocks): 0.65-0.78 x the time in L2, but the model streamed slower, Q4_K_M 1.04-1.08.
 struct WeightsPrefetch {
     bool near_l1;         // near requests (prefetch_weights; prefetch_weights_part always makes them)
     bool far_all_levels;  // far requests with prefetcht0 instead of prefetcht1
@@ -192,11 +200,12 @@ inline void prefetch_far(const uint8_t* p, bool all_levels) {
 template <size_t kBytes, size_t kL1Ahead = kPrefetchL1Bytes>
 inline void prefetch_weights(const WeightsPrefetch& wp, const uint8_t* p) {
     const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + 1024);
-#pragma GCC unroll 64
-    for (size_t off = 0; off < kBytes; off += 64) {
-        if (wp.near_l1) prefetch_l1(p + kL1Ahead + off);
-        prefetch_far(far + off, wp.far_all_levels);
-    }
+    // Straight-line code (the requests are asm statements, kernels.h, so neither a loop of
+    // them nor any one of them is deleted).
+    [&]<size_t... I>(std::index_sequence<I...>) {
+        ((wp.near_l1 ? prefetch_l1(p + kL1Ahead + 64 * I) : void()), ...);
+        (prefetch_far(far + 64 * I, wp.far_all_levels), ...);
+    }(std::make_index_sequence<(kBytes + 63) / 64>{});
 }
 
 // Keeps the compiler from moving memory accesses (and prefetches) across this point; emits no
@@ -222,10 +231,10 @@ inline void prefetch_weights_part(const WeightsPrefetch& wp, const uint8_t* p, i
     const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + 1024);
     const size_t first = static_cast<size_t>(part) * kChunk;
     compiler_fence();
-    for (size_t off = first; off < first + kChunk && off < kBytes; off += 64) {
-        prefetch_l1(p + kL1Ahead + off);
-        prefetch_far(far + off, wp.far_all_levels);
-    }
+    // Straight-line, as in prefetch_weights; lines past kBytes (the last piece) are skipped.
+    [&]<size_t... I>(std::index_sequence<I...>) {
+        ((first + 64 * I < kBytes ? (prefetch_l1(p + kL1Ahead + first + 64 * I), prefetch_far(far + first + 64 * I, wp.far_all_levels)) : void()), ...);
+    }(std::make_index_sequence<kChunk / 64>{});
     compiler_fence();
 }
 

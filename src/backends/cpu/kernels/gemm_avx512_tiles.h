@@ -42,13 +42,8 @@ struct Layout {
     static constexpr int kSteps = kQ4 ? 4 : 8;
     static constexpr int kSplit = kQ4 ? 4 : 0;
     static inline void step(const uint8_t* blk, int s, __m512i& a, __m512i& b) {
-        __m512i v = _mm512_loadu_si512(blk + 32 + 64 * s);
+        const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * s);
         if constexpr (kQ4) {
-            // One load for both nibbles: without the barrier GCC folds the load into the mask
-            // and into the shift, two 64-byte loads, and with one activation row (generation)
-            // the loads, not the vpdpbusd, set the pace (a 64-byte load and a broadcast take
-            // about a cycle together on Zen 4).
-            asm("" : "+v"(v));
             const __m512i m4 = _mm512_set1_epi8(0x0F);
             a = _mm512_and_si512(v, m4);
             b = Unpack::high_nibbles(v, m4);

@@ -192,32 +192,14 @@ void tile_q4_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, 
         __m512 se[NO], so[NO], sm[NO];  // this super-block's even, odd and min sums
 #pragma GCC unroll 2
         for (int o = 0; o < NO; ++o) se[o] = so[o] = sm[o] = _mm512_setzero_ps();
-        __m512i raw[8];  // the quant bytes of the current pair of sub-blocks
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
             prefetch_ahead_part<sizeof(block_q4_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk), j);
             const uint8_t* xb = xs + j * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
             const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile);
-            // Sub-blocks 2i and 2i + 1 share their bytes (low and high nibbles): loaded once, for
-            // the even one, and kept in registers (the barrier keeps GCC from folding the load
-            // into each sub-block's mask again: one 64-byte load per vpdpbusd, on load ports
-            // that the activations' broadcasts already keep busy).
-            if (j % 2 == 0) {
-#pragma GCC unroll 8
-                for (int c = 0; c < 8; ++c) {
-                    raw[c] = _mm512_loadu_si512(blk->qs + 512 * (j / 2) + 64 * c);
-                    asm("" : "+v"(raw[c]));
-                }
-            }
-            __m512i w[8];
-            const __m512i mask = _mm512_set1_epi8(j % 2 ? static_cast<char>(0xF0) : 0x0F);
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; ++c) w[c] = _mm512_and_si512(raw[c], mask);
             __m512i sum[NC];
-#pragma GCC unroll 2
-            for (int k = 0; k < NC; ++k) sum[k] = _mm512_setzero_si512();
-            dot_chunks<NC, 0, 8>(sum, w, xb);
+            q4_K_sub_block_sums<NC>(blk, j, xb, sum);
 #pragma GCC unroll 2
             for (int o = 0; o < NO; ++o) {
                 __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[P * o]), _mm512_set1_ps(xd[P * o]));

@@ -61,10 +61,10 @@ FromFloatFn native_from_float(Type t);
 bool isa_supported(Isa isa);
 
 // Software prefetch of the cache line at p into L1 / into L2 (a hint: never faults).
-// With GCC and clang an asm statement, not __builtin_prefetch: GCC 12 treats the builtin as
-// free of side effects and deletes a loop that does nothing else (as finite loops without
-// effects may be), so prefetch_weights' loop over a block's lines vanished from every tile
-// once the tiles stopped reading their settings inside it (a static's guard had kept it).
+// With GCC and clang an asm statement, not __builtin_prefetch: GCC 12 treated the builtin as
+// free of side effects and dropped the requests of prefetch_weights (a loop over a block's
+// lines, and even written out line by line) from every tile once the tiles stopped reading
+// their settings inside it (kernels/gemm.h, WeightsPrefetch); a static's guard had kept them.
 inline void prefetch_l1(const void* p) {
 #if defined(_MSC_VER) && !defined(__clang__)
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
