@@ -15,7 +15,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <utility>
 
 #include "backends/cpu/kernels/kernels.h"
 #include "core/types.h"
@@ -200,12 +199,11 @@ inline void prefetch_far(const uint8_t* p, bool all_levels) {
 template <size_t kBytes, size_t kL1Ahead = kPrefetchL1Bytes>
 inline void prefetch_weights(const WeightsPrefetch& wp, const uint8_t* p) {
     const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + 1024);
-    // Straight-line code (the requests are asm statements, kernels.h, so neither a loop of
-    // them nor any one of them is deleted).
-    [&]<size_t... I>(std::index_sequence<I...>) {
-        ((wp.near_l1 ? prefetch_l1(p + kL1Ahead + 64 * I) : void()), ...);
-        (prefetch_far(far + 64 * I, wp.far_all_levels), ...);
-    }(std::make_index_sequence<(kBytes + 63) / 64>{});
+#pragma GCC unroll 64
+    for (size_t off = 0; off < kBytes; off += 64) {
+        if (wp.near_l1) prefetch_l1(p + kL1Ahead + off);
+        prefetch_far(far + off, wp.far_all_levels);
+    }
 }
 
 // Keeps the compiler from moving memory accesses (and prefetches) across this point; emits no
@@ -231,10 +229,10 @@ inline void prefetch_weights_part(const WeightsPrefetch& wp, const uint8_t* p, i
     const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + 1024);
     const size_t first = static_cast<size_t>(part) * kChunk;
     compiler_fence();
-    // Straight-line, as in prefetch_weights; lines past kBytes (the last piece) are skipped.
-    [&]<size_t... I>(std::index_sequence<I...>) {
-        ((first + 64 * I < kBytes ? (prefetch_l1(p + kL1Ahead + first + 64 * I), prefetch_far(far + first + 64 * I, wp.far_all_levels)) : void()), ...);
-    }(std::make_index_sequence<kChunk / 64>{});
+    for (size_t off = first; off < first + kChunk && off < kBytes; off += 64) {
+        prefetch_l1(p + kL1Ahead + off);
+        prefetch_far(far + off, wp.far_all_levels);
+    }
     compiler_fence();
 }
 
