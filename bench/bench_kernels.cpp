@@ -160,7 +160,11 @@ struct AttnSetup {
     kiln::Tensor q, k_cache, k, v, mask, out;
 
     // k_panels: K stored in panels (core/kv_layout.h), as the model's F16 caches are.
-    AttnSetup(int64_t n_tokens, int64_t n_kv, Type kv_type, bool k_panels = false) {
+    // interleaved: batched decoding instead of a causal block: token s is sequence s of n_tokens,
+    // whose cells are a prompt of kPrefix consecutive cells (sequence by sequence) and then every
+    // n_tokens-th cell (one per decode step, sequences in turn), as kiln-bench --parallel fills the cache.
+    static constexpr int64_t kPrefix = 16;
+    AttnSetup(int64_t n_tokens, int64_t n_kv, Type kv_type, bool k_panels = false, bool interleaved = false) {
         std::mt19937 rng(7);
         std::normal_distribution<float> normal(0.0f, 1.0f);
         auto leaf = [](kiln::Tensor& t, Type type, std::array<int64_t, 4> ne, void* data) {
@@ -186,8 +190,13 @@ struct AttnSetup {
         kiln::quantize(kv_type, row.data(), kv_v.data(), n_kv, hd * n_head_kv);
         // causal: token t sits at cell n_kv - n_tokens + t
         maskv.assign(static_cast<size_t>(n_kv * n_tokens), -std::numeric_limits<float>::infinity());
-        for (int64_t t = 0; t < n_tokens; ++t)
-            for (int64_t c = 0; c <= n_kv - n_tokens + t; ++c) maskv[static_cast<size_t>(t * n_kv + c)] = 0.0f;
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t c = 0; c <= n_kv - n_tokens + t; ++c) {
+                const int64_t prompt_cells = kPrefix * n_tokens;
+                const bool own = c < prompt_cells ? c / kPrefix == t : (c - prompt_cells) % n_tokens == t;
+                if (!interleaved || own) maskv[static_cast<size_t>(t * n_kv + c)] = 0.0f;
+            }
+        }
         outv.resize(static_cast<size_t>(hd * n_head * n_tokens));
         leaf(q, Type::F32, {hd, n_head, n_tokens, 1}, qv.data());
         leaf(k_cache, kv_type, {hd * n_head_kv, k_cells, 1, 1}, kv_k.data());
@@ -201,18 +210,19 @@ struct AttnSetup {
         out.src = {&q, &k, &v, &mask};
         out.fparams[0] = 1.0f / std::sqrt(static_cast<float>(hd));
         out.iparams[0] = k_panels ? 1 : 0;
+        out.iparams[1] = interleaved ? 1 : 0;  // AttentionParams::mixed_sequences
     }
     size_t kv_bytes() const { return kv_k.size() + kv_v.size(); }
 };
 
 // isa empty: the row-wise loop above (single-threaded); otherwise op_attention with KILN_CPU set.
 void BM_attention(benchmark::State& state, std::optional<Isa> isa, int64_t n_tokens, int64_t n_kv, int n_threads,
-                  bool k_panels) {
+                  bool k_panels, bool interleaved) {
     if (isa && !kiln::cpu::isa_supported(*isa)) {
         state.SkipWithError("instruction set not supported here");
         return;
     }
-    AttnSetup s(n_tokens, n_kv, Type::F16, k_panels);
+    AttnSetup s(n_tokens, n_kv, Type::F16, k_panels, interleaved);
     const char* old_env = std::getenv("KILN_CPU");
     const std::string saved = old_env ? old_env : "";
     if (isa) setenv("KILN_CPU", std::string(kiln::cpu::isa_name(*isa)).c_str(), 1);
@@ -245,7 +255,7 @@ void BM_attention(benchmark::State& state, std::optional<Isa> isa, int64_t n_tok
     // per query block, so the rate is only meaningful for tg).
     state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(s.kv_bytes()));
     int64_t pairs = 0;  // visible (query, key) pairs x heads
-    for (int64_t t = 0; t < n_tokens; ++t) pairs += n_kv - n_tokens + t + 1;
+    for (float m : s.maskv) pairs += m == 0.0f;
     state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * pairs * AttnSetup::n_head);
 }
 
@@ -253,11 +263,14 @@ void register_attention() {
     struct Shape {
         const char* name;
         int64_t n_tokens, n_kv;
+        bool interleaved = false;
     };
-    for (const Shape& sh : {Shape{"tg1_kv4096", 1, 4096}, Shape{"tg1_kv512", 1, 512}, Shape{"pp512_kv512", 512, 512}}) {
+    // x32_kv1056: batched decoding, 32 sequences of 16 prompt cells + 17 decoded ones each
+    for (const Shape& sh : {Shape{"tg1_kv4096", 1, 4096}, Shape{"tg1_kv512", 1, 512}, Shape{"pp512_kv512", 512, 512},
+                            Shape{"x32_kv1056", 32, 32 * (AttnSetup::kPrefix + 17), true}}) {
         const std::string base = std::string("attn_") + sh.name + "/f16/";
         benchmark::RegisterBenchmark((base + "rowwise_before/t1").c_str(), BM_attention, std::nullopt, sh.n_tokens,
-                                     sh.n_kv, 1, false)
+                                     sh.n_kv, 1, false, sh.interleaved)
             ->Unit(benchmark::kMicrosecond);
         // K as rows (what q8_0 caches keep) and in panels (the F16 cache of the model)
         for (bool panels : {false, true}) {
@@ -267,7 +280,7 @@ void register_attention() {
                     const std::string name = base + (panels ? "k_panels/" : "k_rows/") + std::string(kiln::cpu::isa_name(isa)) +
                                              "/t" + std::to_string(nth);
                     benchmark::RegisterBenchmark(name.c_str(), BM_attention, std::optional<Isa>(isa), sh.n_tokens, sh.n_kv,
-                                                 nth, panels)
+                                                 nth, panels, sh.interleaved)
                         ->Unit(benchmark::kMicrosecond)
                         ->UseRealTime();
                 }

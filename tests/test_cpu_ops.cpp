@@ -848,7 +848,11 @@ void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& 
     Tensor* q = h.f32(q_ne, qv, q_permuted ? Layout::Permuted : Layout::Contiguous, "q");
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
     Tensor* out = h.g.attention(q, kview, vview, h.input_f32({c.n_kv, c.n_tokens, 1, 1}, mask, "mask"),
-                                AttentionParams{.scale = scale, .softcap = c.softcap, .k_panels = k_panels}, "attn");
+                                AttentionParams{.scale = scale, .softcap = c.softcap, .k_panels = k_panels,
+                                                // K rows converted for gathered keys in precise runs, read
+                                                // from the panels in fast ones (gathered keys stay F32)
+                                                .mixed_sequences = c.mask_kind >= 4 && prec == MatmulPrecision::Precise},
+                                "attn");
     h.compute();
     ASSERT_EQ(out->ne, (Shape{c.hdv * c.n_head, c.n_tokens, 1, 1}));
     const auto kd = dequant_rows(c.kv_type, kf, c.hd * c.n_head_kv);

@@ -239,6 +239,7 @@ Tensor* Graph::attention(Tensor* q, Tensor* k, Tensor* v, Tensor* mask, Attentio
     t->fparams[0] = p.scale;
     t->fparams[1] = p.softcap;
     t->iparams[0] = p.k_panels ? 1 : 0;
+    t->iparams[1] = p.mixed_sequences ? 1 : 0;
     nodes_.push_back(t);
     return t;
 }

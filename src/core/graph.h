@@ -25,6 +25,10 @@ struct AttentionParams {
     float softcap = 0.0f;   // > 0: logits = softcap * tanh(logits / softcap)
     bool k_panels = false;  // k's cache holds K in panels (core/kv_layout.h); k is then a view at offset 0 whose
                             // strides are not used
+    // The batch's tokens belong to different sequences (batched decoding), whose cells interleave in
+    // the cache: attention may gather each token's keys, and with K panels it first converts the
+    // attended cells' K to rows (a cell's key is otherwise spread over head_dim lines of its panel).
+    bool mixed_sequences = false;
 };
 
 class Graph {

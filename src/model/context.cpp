@@ -149,6 +149,7 @@ void Context::decode_ubatch(const Batch& b, size_t begin, size_t end) {
     KvCache* caches[2] = {kv_global_.get(), kv_swa_.get()};
     if (kv_global_->window() > 0) std::swap(caches[0], caches[1]);  // all-SWA model
     GraphBuilder gb(g, hp, model_.weights(), caches[0], caches[1], n_tokens, static_cast<int64_t>(out_ids.size()));
+    gb.mixed_sequences = std::any_of(seqs.begin(), seqs.end(), [&](uint64_t s) { return s != seqs.front(); });
     Tensor* logits = model_.arch().build_graph(gb);
     sched_.allocate(g);
 

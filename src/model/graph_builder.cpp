@@ -77,7 +77,8 @@ Tensor* GraphBuilder::self_attention(int il, Tensor* x) {
                                                : std::array<size_t, 4>{vc->nb[0], v_head, vc->nb[1], vc->nb[1] * ci.n_kv};
     Tensor* vview = g.view(vc, {hp.head_dim_v, hp.n_head_kv, ci.n_kv, 1}, v_nb, 0, lname(il, "v_cache_view"));
     const float kq_scale = hp.attn_scale > 0 ? hp.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-    Tensor* a = g.attention(q, kview, vview, ci.mask, AttentionParams{.scale = kq_scale, .softcap = hp.attn_softcap, .k_panels = k_panels},
+    Tensor* a = g.attention(q, kview, vview, ci.mask, AttentionParams{.scale = kq_scale, .softcap = hp.attn_softcap, .k_panels = k_panels,
+                                                                   .mixed_sequences = mixed_sequences},
                             lname(il, "attn"));
     return linear(a, L.wo, nullptr, lname(il, "attn_out").c_str());
 }

@@ -37,6 +37,8 @@ public:
     const int64_t n_tokens;
     const int64_t n_outputs;
     BatchInputs in;
+    // Tokens of more than one sequence set in this micro-batch (set by the context before build_graph).
+    bool mixed_sequences = false;
 
     // Token embeddings scaled by hp.embd_scale: F32 [n_embd, n_tokens].
     Tensor* embed();

@@ -99,12 +99,20 @@ struct AttnPlan {
     KPanels kp;
     // Per-thread regions, in floats from the thread's base.
     size_t q_off = 0, kt_off = 0, v_off = 0, s_off = 0, o_off = 0, stat_off = 0, stage_off = 0, range_off = 0;
-    size_t gather_off = 0;  // gathered keys: cell indices [bk] (int64), mask values [bk], raw rows [bk, max(hd, hdv)]
+    size_t gather_off = 0;  // gathered keys: mask values [bk], raw rows [bk, max(hd, hdv)] (floats or cache rows)
     // BF16 products (fast precision): Q [M, hp], K^T [hp, bk], P [M, bk / 2] and V [bk / 2, ldv] in pairs
     size_t qb_off = 0, kb_off = 0, pb_off = 0, vb_off = 0;
     int64_t hp = 0;  // pairs per Q / K row: (hd + 1) / 2
+    size_t vis_off = 0;  // a token's visible cells (gathered path): int32 [n_kv + kAttnLanes]
     size_t per_thread = 0;
     size_t partial_floats = 0;  // per item when n_split > 1: O [M, ldv], then m [M] and l [M]
+    // Mixed sequences with K panels: a thread's first item of a KV head that gathers converts the
+    // head's K to float rows [kr_cells][kr_ld] (per thread, at krows_off), so each gathered key is
+    // one contiguous row instead of head_dim lines of its panel. The thread then takes the rest of
+    // its items of that head while the rows are in its cache.
+    bool k_rows = false;
+    int64_t kr_cells = 0, kr_ld = 0;
+    size_t krows_off = 0;
 
     int64_t M() const { return bq * n_rep; }
     int64_t n_items() const { return n_qb * n_head_kv * n_split; }
@@ -141,6 +149,11 @@ AttnPlan make_plan(const Tensor& t, int nth) {
         p.split_len = KPanels::padded_cells(p.split_len);
     }
     p.staged = !attn_native_type(k.type) || !attn_native_type(v.type);
+    p.k_rows = p.k_panels && t.iparams[1] != 0 && p.n_tokens > 1;
+    if (p.k_rows) {
+        p.kr_cells = KPanels::padded_cells(p.n_kv);
+        p.kr_ld = attn_pad(p.hd);
+    }
 
     const int64_t M = p.M();
     size_t off = 0;
@@ -156,12 +169,14 @@ AttnPlan make_plan(const Tensor& t, int nth) {
     take(p.stat_off, 3 * M);  // running max, running sum, correction of this block
     take(p.stage_off, p.staged ? p.bk * std::max(p.hd, p.hdv) : 0);
     take(p.range_off, 2 * p.bq * static_cast<int64_t>(sizeof(int64_t) / sizeof(float)));
-    take(p.gather_off, p.bk * (3 + std::max(p.hd, p.hdv)));
+    take(p.gather_off, p.bk * (1 + std::max(p.hd, p.hdv)));
     p.hp = (p.hd + 1) / 2;
     take(p.qb_off, M * p.hp);
     take(p.kb_off, p.hp * p.bk);
     take(p.pb_off, M * p.bk / 2);
     take(p.vb_off, p.bk / 2 * p.ldv);
+    take(p.vis_off, p.n_kv + kAttnLanes);
+    take(p.krows_off, p.k_rows ? p.kr_cells * p.kr_ld : 0);
     p.per_thread = off;
     p.partial_floats = p.n_split > 1 ? line_floats(M * p.ldv + 2 * M) : 0;
     return p;
@@ -175,9 +190,9 @@ void attend_k_rows(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, 
     const uint8_t* krows = k.row(hk, c0);
     if (p.staged) {
         for (int64_t i = 0; i < nk; ++i) dequantize_row(k.type, krows + i * k.nb[2], stage + i * hd, hd);
-        kern.k_transpose(Type::F32, reinterpret_cast<const uint8_t*>(stage), hd * sizeof(float), nk, hd, KT, bk);
+        kern.k_transpose(Type::F32, reinterpret_cast<const uint8_t*>(stage), hd * sizeof(float), nullptr, nk, hd, KT, bk);
     } else {
-        kern.k_transpose(k.type, krows, k.nb[2], nk, hd, KT, bk);
+        kern.k_transpose(k.type, krows, k.nb[2], nullptr, nk, hd, KT, bk);
     }
     kern.gemm(Mb, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr,
               nullptr);
@@ -238,9 +253,9 @@ void k_block_bf16(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, i
     const uint8_t* krows = k.row(hk, c0);
     if (p.staged) {
         for (int64_t i = 0; i < nk; ++i) dequantize_row(k.type, krows + i * k.nb[2], stage + i * hd, hd);
-        kern.k_transpose(Type::F32, reinterpret_cast<const uint8_t*>(stage), hd * sizeof(float), nk, hd, KT, bk);
+        kern.k_transpose(Type::F32, reinterpret_cast<const uint8_t*>(stage), hd * sizeof(float), nullptr, nk, hd, KT, bk);
     } else {
-        kern.k_transpose(k.type, krows, k.nb[2], nk, hd, KT, bk);
+        kern.k_transpose(k.type, krows, k.nb[2], nullptr, nk, hd, KT, bk);
     }
     kern.bf16_pairs(Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), hd, nkp, KB, bk);
 }
@@ -268,9 +283,10 @@ bool softmax_block_row(const AttnKernels& kern, float* s, const float* mask, int
 // Attention of one token (its n_rep query rows from r0) over only the keys it sees in [lo, hi), gathered
 // bk at a time into dense tiles. Batched decoding interleaves the sequences' cells, so each token sees a
 // small share of the keys in its span, and the dense blocks would compute and discard the rest.
-// mx, sum and corr point at the token's first row's running statistics.
-void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, int64_t token, int64_t r0,
-                     int64_t hk, int64_t lo, int64_t hi, float* mx, float* sum, float* corr) {
+// mx, sum and corr point at the token's first row's running statistics. k_rows: this KV head's K as
+// float rows [cells][p.kr_ld] (AttnPlan::k_rows), or null to read K from the cache.
+void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, const float* k_rows,
+                     int64_t token, int64_t r0, int64_t hk, int64_t lo, int64_t hi, float* mx, float* sum, float* corr) {
     const Tensor& k = *t.src[1];
     const Tensor& v = *t.src[2];
     const auto* mask = reinterpret_cast<const float*>(t.src[3]->row(token));
@@ -279,33 +295,34 @@ void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern
     float* KT = w + p.kt_off;  // [hd, bk]
     float* S = w + p.s_off + r0 * bk;
     float* O = w + p.o_off + r0 * ldv;
-    auto* idx = reinterpret_cast<int64_t*>(w + p.gather_off);  // [bk]
-    float* gmask = w + p.gather_off + 2 * bk;                  // [bk]
-    auto* raw = reinterpret_cast<uint8_t*>(gmask + bk);         // [bk] rows of up to max(hd, hdv) floats
-    // Gathered rows are raw cache rows (or floats for the types the kernels cannot read).
-    const bool k_float = !attn_native_type(k.type), v_float = !attn_native_type(v.type);
-    const size_t krb = k_float ? hd * sizeof(float) : row_size(k.type, hd);
+    float* gmask = w + p.gather_off;                        // [bk]
+    auto* raw = reinterpret_cast<uint8_t*>(gmask + bk);     // [bk] rows of up to max(hd, hdv) floats
+    auto* vis = reinterpret_cast<int32_t*>(w + p.vis_off);  // the token's visible cells
+    // K is transposed straight from where its rows are (K_rows, the cache's rows) by index; rows of
+    // types the kernels cannot read and keys spread over panels are first copied to `raw` as floats
+    // or cache rows. V rows are always copied (the product reads them at one stride).
+    const bool v_float = !attn_native_type(v.type);
     const size_t vrb = v_float ? hdv * sizeof(float) : row_size(v.type, hdv);
-    for (int64_t c = lo; c < hi;) {
-        int64_t nk = 0;
-        for (; c < hi && nk < bk; ++c) {
-            if (mask[c] == kNegInf) continue;
-            idx[nk] = c;
-            gmask[nk++] = mask[c];
-        }
-        if (nk == 0) break;
-        for (int64_t i = 0; i < nk; ++i) {
-            uint8_t* dst = raw + static_cast<size_t>(i) * krb;
-            if (p.k_panels) {
-                p.kp.gather(k.data, idx[i], hk, 0, dst, hd);
-            } else if (k_float) {
-                dequantize_row(k.type, k.row(hk, idx[i]), reinterpret_cast<float*>(dst), hd);
-            } else {
-                std::memcpy(dst, k.row(hk, idx[i]), krb);
-            }
-        }
+    const int64_t n_vis = kern.mask_visible(mask, lo, hi, vis);
+    for (int64_t i0 = 0; i0 < n_vis; i0 += bk) {
+        const int64_t nk = std::min(bk, n_vis - i0);
+        const int32_t* idx = vis + i0;
+        for (int64_t i = 0; i < nk; ++i) gmask[i] = mask[idx[i]];
         const int64_t nkp = attn_pad(nk);
-        kern.k_transpose(k_float ? Type::F32 : k.type, raw, krb, nk, hd, KT, bk);
+        if (k_rows) {
+            kern.k_transpose(Type::F32, reinterpret_cast<const uint8_t*>(k_rows), p.kr_ld * sizeof(float), idx, nk, hd, KT, bk);
+        } else if (!p.k_panels && attn_native_type(k.type)) {
+            kern.k_transpose(k.type, k.row(hk, 0), k.nb[2], idx, nk, hd, KT, bk);
+        } else {
+            const bool k_float = !p.k_panels;  // panels hold a native type; other caches are dequantized
+            const size_t krb = k_float ? hd * sizeof(float) : row_size(k.type, hd);
+            for (int64_t i = 0; i < nk; ++i) {
+                uint8_t* dst = raw + static_cast<size_t>(i) * krb;
+                if (p.k_panels) p.kp.gather(k.data, idx[i], hk, 0, dst, hd);
+                else dequantize_row(k.type, k.row(hk, idx[i]), reinterpret_cast<float*>(dst), hd);
+            }
+            kern.k_transpose(k_float ? Type::F32 : k.type, raw, krb, nullptr, nk, hd, KT, bk);
+        }
         kern.gemm(M, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr,
                   nullptr);
         bool any_row = false;
@@ -322,6 +339,36 @@ void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern
     }
 }
 
+// The keys the tokens of query block qb see in key range `split`: each token's first and one past its
+// last visible key (range [nt][2]), and the union's; gather: few of the keys in the tokens' spans are
+// visible (sequences interleaved in batched decoding), so each token attends to its own keys,
+// gathered, instead of the query block computing every score of the span.
+struct ItemKeys {
+    int64_t first = 0, last = 0;
+    bool gather = false;
+};
+
+ItemKeys item_keys(const Tensor& mask, const AttnPlan& p, const AttnKernels& kern, int64_t qb, int64_t split, int64_t* range) {
+    const int64_t t0 = qb * p.bq, nt = std::min(p.bq, p.n_tokens - t0);
+    const int64_t c_lo = split * p.split_len, c_hi = std::min(p.n_kv, c_lo + p.split_len);
+    ItemKeys r{.first = c_hi, .last = c_lo};
+    int64_t visible = 0;
+    // (One vector pass per token: scalar scans of the masked ends and the count took ~3% of a
+    // 512-token prompt's attention, more in batched decoding, where the spans are long.)
+    for (int64_t tt = 0; tt < nt; ++tt) {
+        const MaskSpan span = kern.mask_span(reinterpret_cast<const float*>(mask.row(t0 + tt)), c_lo, c_hi);
+        range[2 * tt] = span.first;
+        range[2 * tt + 1] = span.last;
+        visible += span.count;
+        if (span.count > 0) {
+            r.first = std::min(r.first, span.first);
+            r.last = std::max(r.last, span.last);
+        }
+    }
+    r.gather = visible * kGatherRatio < nt * (r.last - r.first);
+    return r;
+}
+
 float* aligned_base(uint8_t* scratch) {
     const auto a = reinterpret_cast<uintptr_t>(scratch);
     return reinterpret_cast<float*>(scratch + ((64 - a % 64) % 64));
@@ -330,8 +377,9 @@ float* aligned_base(uint8_t* scratch) {
 // One item: query block qb against KV head hk over key range `split`. Writes the normalized output
 // rows, or (n_split > 1) the unnormalized partial O with its running max and sum.
 // fast: BF16 products where the kernels have them (query blocks of more than 8 rows).
+// k_rows_head: the KV head whose K the thread's rows (AttnPlan::k_rows) hold, -1 for none yet.
 void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, float* partial,
-                 int64_t qb, int64_t hk, int64_t split, bool fast) {
+                 int64_t& k_rows_head, int64_t qb, int64_t hk, int64_t split, bool fast) {
     const Tensor& q = *t.src[0];  // [hd, n_head, n_tokens] F32
     const Tensor& k = *t.src[1];  // [hd, n_head_kv, n_kv]
     const Tensor& v = *t.src[2];  // [hdv, n_head_kv, n_kv]
@@ -374,27 +422,23 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
 
     // Each token's first and last visible key in this item's range; key blocks outside every
     // token's span (the future of a causal mask, the past of a sliding window) are never read.
-    // (One vector pass per token: scalar scans of the masked ends and the count took ~3% of a
-    // 512-token prompt's attention, more in batched decoding, where the spans are long.)
-    const int64_t c_lo = split * p.split_len, c_hi = std::min(p.n_kv, c_lo + p.split_len);
-    int64_t first = c_hi, last = c_lo, visible = 0;
-    for (int64_t tt = 0; tt < nt; ++tt) {
-        const MaskSpan span = kern.mask_span(reinterpret_cast<const float*>(mask.row(t0 + tt)), c_lo, c_hi);
-        range[2 * tt] = span.first;
-        range[2 * tt + 1] = span.last;
-        visible += span.count;
-        if (span.count > 0) {
-            first = std::min(first, span.first);
-            last = std::max(last, span.last);
+    const ItemKeys keys = item_keys(mask, p, kern, qb, split, range);
+    int64_t first = keys.first, last = keys.last;
+    if (keys.gather) {
+        float* head_rows = p.k_rows ? w + p.krows_off : nullptr;
+        if (head_rows && k_rows_head != hk) {
+            // The panel tiles are K^T [hd][64 cells]: their transposes are the cells' rows.
+            for (int64_t c0 = 0; c0 < p.kr_cells; c0 += kKPanelCells) {
+                kern.k_transpose(k.type, p.kp.tile(k.data, c0, hk), p.kp.tile_row_bytes(), nullptr, hd, kKPanelCells,
+                                 head_rows + c0 * p.kr_ld, p.kr_ld);
+            }
+            k_rows_head = hk;
         }
-    }
-    // Few of the keys in the tokens' spans visible (sequences interleaved in batched decoding): each
-    // token attends to its own keys, gathered, instead of the query block computing every score.
-    if (visible * kGatherRatio < nt * (last - first)) {
         for (int64_t tt = 0; tt < nt; ++tt) {
             const int64_t r0 = tt * n_rep;
             if (range[2 * tt] < range[2 * tt + 1]) {
-                attend_gathered(t, p, kern, w, t0 + tt, r0, hk, range[2 * tt], range[2 * tt + 1], mx + r0, sum + r0, corr + r0);
+                attend_gathered(t, p, kern, w, head_rows, t0 + tt, r0, hk, range[2 * tt], range[2 * tt + 1], mx + r0,
+                                sum + r0, corr + r0);
             }
         }
         first = last;  // no dense blocks
@@ -544,11 +588,18 @@ void op_attention(const Tensor& t, ComputeContext& ctx) {
     float* base = aligned_base(ctx.scratch);
     float* w = base + p.per_thread * static_cast<size_t>(ctx.ith);
     float* partials = base + p.per_thread * static_cast<size_t>(ctx.nth);
-    for (int64_t i = ctx.ith; i < p.n_items(); i += ctx.nth) {
-        const int64_t split = i % p.n_split, rest = i / p.n_split;
-        const int64_t hk = rest % p.n_head_kv, qb = rest / p.n_head_kv;
-        float* partial = p.n_split > 1 ? partials + i * p.partial_floats : nullptr;
-        attend_item(t, p, kern, w, partial, qb, hk, split, !ctx.precise);
+    // The thread's items (every nth) taken KV head by KV head: the K rows a gathering item
+    // converts serve the thread's other items of that head.
+    int64_t k_rows_head = -1;
+    for (int64_t hk = 0; hk < p.n_head_kv; ++hk) {
+        for (int64_t qb = 0; qb < p.n_qb; ++qb) {
+            for (int64_t split = 0; split < p.n_split; ++split) {
+                const int64_t i = (qb * p.n_head_kv + hk) * p.n_split + split;
+                if (i % ctx.nth != ctx.ith) continue;
+                float* partial = p.n_split > 1 ? partials + i * p.partial_floats : nullptr;
+                attend_item(t, p, kern, w, partial, k_rows_head, qb, hk, split, !ctx.precise);
+            }
+        }
     }
     if (p.n_split == 1) return;
     ctx.barrier();

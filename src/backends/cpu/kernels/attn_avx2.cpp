@@ -173,7 +173,7 @@ inline void transpose8(__m256 r[8]) {
 }
 
 template <Type T>
-void k_transpose_t(const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
+void k_transpose_t(const uint8_t* src, size_t stride, const int32_t* idx, int64_t n, int64_t hd, float* dst, int64_t ld) {
     const int64_t np = attn_pad(n);
     for (int64_t i0 = 0; i0 < np; i0 += 8) {
         const int64_t ni = std::clamp<int64_t>(n - i0, 0, 8);
@@ -181,7 +181,7 @@ void k_transpose_t(const uint8_t* src, size_t stride, int64_t n, int64_t hd, flo
             const int64_t nd = std::min<int64_t>(8, hd - d0);
             __m256 r[8];
             for (int64_t i = 0; i < 8; ++i) {
-                r[i] = i < ni ? load8<T>(src + static_cast<size_t>(i0 + i) * stride, d0, nd) : _mm256_setzero_ps();
+                r[i] = i < ni ? load8<T>(attn_row(src, stride, idx, i0 + i), d0, nd) : _mm256_setzero_ps();
             }
             transpose8(r);
             for (int64_t j = 0; j < nd; ++j) _mm256_storeu_ps(dst + (d0 + j) * ld + i0, r[j]);
@@ -189,12 +189,13 @@ void k_transpose_t(const uint8_t* src, size_t stride, int64_t n, int64_t hd, flo
     }
 }
 
-void k_transpose(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
+void k_transpose(Type t, const uint8_t* src, size_t stride, const int32_t* idx, int64_t n, int64_t hd, float* dst,
+                 int64_t ld) {
     switch (t) {
-        case Type::F32: return k_transpose_t<Type::F32>(src, stride, n, hd, dst, ld);
-        case Type::F16: return k_transpose_t<Type::F16>(src, stride, n, hd, dst, ld);
-        case Type::BF16: return k_transpose_t<Type::BF16>(src, stride, n, hd, dst, ld);
-        default: return k_transpose_t<Type::Q8_0>(src, stride, n, hd, dst, ld);
+        case Type::F32: return k_transpose_t<Type::F32>(src, stride, idx, n, hd, dst, ld);
+        case Type::F16: return k_transpose_t<Type::F16>(src, stride, idx, n, hd, dst, ld);
+        case Type::BF16: return k_transpose_t<Type::BF16>(src, stride, idx, n, hd, dst, ld);
+        default: return k_transpose_t<Type::Q8_0>(src, stride, idx, n, hd, dst, ld);
     }
 }
 

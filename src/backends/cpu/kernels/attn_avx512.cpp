@@ -328,9 +328,9 @@ inline void transpose16(__m512 r[16]) {
 // lane inserts, which issue on two ports), so a 4 x 4 transpose inside the 128-bit lanes finishes
 // it. transpose16 needs 64 shuffles on the one shuffle port; this needs 32 there plus 48 inserts.
 template <Type T>
-inline void k_tile16(const uint8_t* src, size_t stride, int64_t d0, float* dst, int64_t ld) {
+inline void k_tile16(const uint8_t* src, size_t stride, const int32_t* idx, int64_t i0, int64_t d0, float* dst, int64_t ld) {
     alignas(64) float tmp[16][16];
-    for (int i = 0; i < 16; ++i) _mm512_store_ps(tmp[i], load16<T>(src + static_cast<size_t>(i) * stride, d0, 0xffff));
+    for (int i = 0; i < 16; ++i) _mm512_store_ps(tmp[i], load16<T>(attn_row(src, stride, idx, i0 + i), d0, 0xffff));
     for (int g = 0; g < 4; ++g) {
         __m512 z[4];
         for (int j = 0; j < 4; ++j) {
@@ -350,18 +350,18 @@ inline void k_tile16(const uint8_t* src, size_t stride, int64_t d0, float* dst, 
 }
 
 template <Type T>
-void k_transpose_t(const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
+void k_transpose_t(const uint8_t* src, size_t stride, const int32_t* idx, int64_t n, int64_t hd, float* dst, int64_t ld) {
     for (int64_t i0 = 0; i0 < n; i0 += 16) {
         const int64_t ni = std::min<int64_t>(16, n - i0);
         for (int64_t d0 = 0; d0 < hd; d0 += 16) {
             const int64_t nd = std::min<int64_t>(16, hd - d0);
             if (ni == 16 && nd == 16) {
-                k_tile16<T>(src + static_cast<size_t>(i0) * stride, stride, d0, dst + i0, ld);
+                k_tile16<T>(src, stride, idx, i0, d0, dst + i0, ld);
                 continue;
             }
             __m512 r[16];  // edge tile: rows past n are zeros, the all-shuffle transpose
             for (int64_t i = 0; i < 16; ++i) {
-                r[i] = i < ni ? load16<T>(src + static_cast<size_t>(i0 + i) * stride, d0, tail_mask(nd)) : _mm512_setzero_ps();
+                r[i] = i < ni ? load16<T>(attn_row(src, stride, idx, i0 + i), d0, tail_mask(nd)) : _mm512_setzero_ps();
             }
             transpose16(r);
             for (int64_t j = 0; j < nd; ++j) _mm512_storeu_ps(dst + (d0 + j) * ld + i0, r[j]);
@@ -369,12 +369,13 @@ void k_transpose_t(const uint8_t* src, size_t stride, int64_t n, int64_t hd, flo
     }
 }
 
-void k_transpose(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
+void k_transpose(Type t, const uint8_t* src, size_t stride, const int32_t* idx, int64_t n, int64_t hd, float* dst,
+                 int64_t ld) {
     switch (t) {
-        case Type::F32: return k_transpose_t<Type::F32>(src, stride, n, hd, dst, ld);
-        case Type::F16: return k_transpose_t<Type::F16>(src, stride, n, hd, dst, ld);
-        case Type::BF16: return k_transpose_t<Type::BF16>(src, stride, n, hd, dst, ld);
-        default: return k_transpose_t<Type::Q8_0>(src, stride, n, hd, dst, ld);
+        case Type::F32: return k_transpose_t<Type::F32>(src, stride, idx, n, hd, dst, ld);
+        case Type::F16: return k_transpose_t<Type::F16>(src, stride, idx, n, hd, dst, ld);
+        case Type::BF16: return k_transpose_t<Type::BF16>(src, stride, idx, n, hd, dst, ld);
+        default: return k_transpose_t<Type::Q8_0>(src, stride, idx, n, hd, dst, ld);
     }
 }
 
@@ -470,6 +471,25 @@ MaskSpan mask_span(const float* mask, int64_t lo, int64_t hi) {
     return r;
 }
 
+// The indices compressed in a register and stored whole (idx has room for 16 past the count):
+// Zen 4 runs vpcompressd with a memory destination as a slow microcoded sequence.
+int64_t mask_visible(const float* mask, int64_t lo, int64_t hi, int32_t* idx) {
+    const __m512 hidden = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    __m512i cells = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(lo)),
+                                     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    int64_t n = 0;
+    for (int64_t j = lo; j < hi; j += 16, cells = _mm512_add_epi32(cells, sixteen)) {
+        const __mmask16 valid = tail_mask(hi - j);
+        const __m512 m = _mm512_maskz_loadu_ps(valid, mask + j);
+        const __mmask16 seen = _mm512_mask_cmp_ps_mask(valid, m, hidden, _CMP_NEQ_UQ);
+        if (seen == 0) continue;
+        _mm512_storeu_si512(idx + n, _mm512_maskz_compress_epi32(seen, cells));
+        n += std::popcount(static_cast<uint16_t>(seen));
+    }
+    return n;
+}
+
 }  // namespace
 
 namespace detail {
@@ -484,6 +504,7 @@ const AttnKernels& attn_avx512() {
                                .score_row = score_row,
                                .exp_row = exp_row,
                                .mask_span = mask_span,
+                               .mask_visible = mask_visible,
                                .gemm_bf16 = !bf16 ? nullptr : zen4 ? gemm_bf16<true> : gemm_bf16<false>,
                                .bf16_pairs = bf16 ? bf16_pairs : nullptr,
                                .exp_row_bf16 = bf16 ? exp_row_bf16 : nullptr};

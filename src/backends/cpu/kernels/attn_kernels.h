@@ -69,10 +69,14 @@ private:
 using AttnGemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt, const uint8_t* B,
                             size_t b_stride, int64_t b_cols, float* C, int64_t ldc, const float* beta,
                             const AttnPrefetch* pf);
-// n K rows of hd elements (row i at src + i * stride, of type t) as float, transposed:
-// dst[d * ld + i]. Columns n .. attn_pad(n) are written as zeros; ld >= attn_pad(n).
-using AttnKTransposeFn = void (*)(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst,
-                                  int64_t ld);
+// n K rows of hd elements (row i at attn_row(src, stride, idx, i), of type t) as float, transposed:
+// dst[d * ld + i]. Columns n .. attn_pad(n) are written as zeros; ld >= attn_pad(n). idx: the rows'
+// indices (gathered keys), or null for rows 0 .. n - 1.
+using AttnKTransposeFn = void (*)(Type t, const uint8_t* src, size_t stride, const int32_t* idx, int64_t n, int64_t hd,
+                                  float* dst, int64_t ld);
+inline const uint8_t* attn_row(const uint8_t* src, size_t stride, const int32_t* idx, int64_t i) {
+    return src + static_cast<size_t>(idx ? idx[i] : i) * stride;
+}
 // n V rows of hdv elements as float: dst[i * ld + c]; columns hdv .. attn_pad(hdv) are zeros.
 using AttnVRowsFn = void (*)(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hdv, float* dst, int64_t ld);
 // One row of scores: s[j] = (softcap > 0 ? softcap * tanh(s[j] / softcap) : s[j]) + mask[j], j < n;
@@ -97,6 +101,21 @@ inline MaskSpan mask_span_scalar(const float* mask, int64_t lo, int64_t hi) {
         r.last = c + 1;
     }
     return r;
+}
+
+// The visible keys of mask[lo, hi) in order, as cell indices: idx[0 .. returned count). idx has
+// room for hi - lo + kAttnLanes entries (a vector version stores whole registers).
+using AttnMaskVisibleFn = int64_t (*)(const float* mask, int64_t lo, int64_t hi, int32_t* idx);
+
+// The reference, without branches on the mask (batched decoding's keys interleave with the other
+// sequences' in a pattern the branch predictor missed once per visible key).
+inline int64_t mask_visible_scalar(const float* mask, int64_t lo, int64_t hi, int32_t* idx) {
+    int64_t n = 0;
+    for (int64_t c = lo; c < hi; ++c) {
+        idx[n] = static_cast<int32_t>(c);
+        n += mask[c] != -std::numeric_limits<float>::infinity();
+    }
+    return n;
 }
 
 // BF16 products (fast precision, op_attention): both operands rounded to BF16, products summed in
@@ -124,6 +143,7 @@ struct AttnKernels {
     AttnScoreRowFn score_row = nullptr;
     AttnExpRowFn exp_row = nullptr;
     AttnMaskSpanFn mask_span = mask_span_scalar;
+    AttnMaskVisibleFn mask_visible = mask_visible_scalar;
     // Null where the CPU has no BF16 products faster than its F32 FMAs: attention then stays F32.
     AttnGemmBf16Fn gemm_bf16 = nullptr;
     AttnBf16PairsFn bf16_pairs = nullptr;

@@ -134,12 +134,12 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt,
 // ---- conversions --------------------------------------------------------------------------------
 
 template <Type T>
-void k_transpose_t(const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
+void k_transpose_t(const uint8_t* src, size_t stride, const int32_t* idx, int64_t n, int64_t hd, float* dst, int64_t ld) {
     alignas(16) float row[16];
     for (int64_t d0 = 0; d0 < hd; d0 += 16) {
         const int64_t nd = std::min<int64_t>(16, hd - d0);
         for (int64_t i = 0; i < n; ++i) {
-            const Floats16 v = load16<T>(src + static_cast<size_t>(i) * stride, d0, nd);
+            const Floats16 v = load16<T>(attn_row(src, stride, idx, i), d0, nd);
             for (int q = 0; q < 4; ++q) vst1q_f32(row + 4 * q, v.v[q]);
             for (int64_t j = 0; j < nd; ++j) dst[(d0 + j) * ld + i] = row[j];
         }
@@ -147,12 +147,13 @@ void k_transpose_t(const uint8_t* src, size_t stride, int64_t n, int64_t hd, flo
     for (int64_t d = 0; d < hd; ++d) std::fill(dst + d * ld + n, dst + d * ld + attn_pad(n), 0.0f);
 }
 
-void k_transpose(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
+void k_transpose(Type t, const uint8_t* src, size_t stride, const int32_t* idx, int64_t n, int64_t hd, float* dst,
+                 int64_t ld) {
     switch (t) {
-        case Type::F32: return k_transpose_t<Type::F32>(src, stride, n, hd, dst, ld);
-        case Type::F16: return k_transpose_t<Type::F16>(src, stride, n, hd, dst, ld);
-        case Type::BF16: return k_transpose_t<Type::BF16>(src, stride, n, hd, dst, ld);
-        default: return k_transpose_t<Type::Q8_0>(src, stride, n, hd, dst, ld);
+        case Type::F32: return k_transpose_t<Type::F32>(src, stride, idx, n, hd, dst, ld);
+        case Type::F16: return k_transpose_t<Type::F16>(src, stride, idx, n, hd, dst, ld);
+        case Type::BF16: return k_transpose_t<Type::BF16>(src, stride, idx, n, hd, dst, ld);
+        default: return k_transpose_t<Type::Q8_0>(src, stride, idx, n, hd, dst, ld);
     }
 }
 

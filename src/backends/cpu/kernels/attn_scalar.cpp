@@ -41,10 +41,11 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, Type bt,
     }
 }
 
-void k_transpose(Type t, const uint8_t* src, size_t stride, int64_t n, int64_t hd, float* dst, int64_t ld) {
+void k_transpose(Type t, const uint8_t* src, size_t stride, const int32_t* idx, int64_t n, int64_t hd, float* dst,
+                 int64_t ld) {
     const int64_t np = attn_pad(n);
     for (int64_t d = 0; d < hd; ++d) {
-        for (int64_t i = 0; i < n; ++i) dst[d * ld + i] = attn_elem(t, src + static_cast<size_t>(i) * stride, d);
+        for (int64_t i = 0; i < n; ++i) dst[d * ld + i] = attn_elem(t, attn_row(src, stride, idx, i), d);
         for (int64_t i = n; i < np; ++i) dst[d * ld + i] = 0.0f;
     }
 }
