@@ -724,7 +724,10 @@ struct AttnCase {
     // 0 causal, 1 sliding window of 3, 2 random holes + a fully masked token, 3 window of 150,
     // 4 three sequences in runs of 37 cells (token t belongs to sequence t % 3), as in batched decoding,
     // 5 five sequences interleaved cell by cell (cell % 5), as batched decoding places generated tokens:
-    // sparse enough that op_attention gathers each token's keys
+    // sparse enough that op_attention gathers each token's keys,
+    // 6 six sequences (token t: t % 6) with interleaved cells before and after a prompt run of 45 cells
+    // each (from cell 64), the run's third cell hidden: runs read densely within gathering blocks, next
+    // to gathered keys of the same token
     int mask_kind;
     float softcap;
 };
@@ -741,6 +744,12 @@ std::vector<float> make_mask(const AttnCase& c, std::mt19937& rng) {
             if (c.mask_kind == 3) see = see && cell > pos - 150;
             if (c.mask_kind == 4) see = see && (cell / 37) % 3 == t % 3;
             if (c.mask_kind == 5) see = see && cell % 5 == t % 5;
+            if (c.mask_kind == 6) {
+                const int64_t s = t % 6, run0 = 64 + 45 * s;
+                see = see && (cell < 64 ? cell % 6 == s
+                              : cell < 64 + 45 * 6 ? cell >= run0 && cell < run0 + 45 && cell != run0 + 2
+                                                  : (cell - 64 - 45 * 6) % 6 == s);
+            }
             if (c.mask_kind == 2) see = see && (cell == pos || coin(rng) != 0) && t != 1;
             if (see) m[static_cast<size_t>(t * c.n_kv + cell)] = 0.0f;
         }
@@ -930,6 +939,12 @@ TEST_P(CpuOps, AttentionLong) {
         {128, 128, 4, 2, 7, 700, 700, Type::Q8_0, 5, 0.0f},
         {64, 64, 4, 1, 9, 333, 333, Type::Q4_0, 5, 20.0f},
         {256, 256, 4, 4, 5, 900, 900, Type::BF16, 5, 0.0f},
+        // batched decoding after long prompts: dense runs and gathered keys of one token
+        {64, 64, 8, 1, 12, 500, 512, Type::F16, 6, 0.0f},
+        {128, 128, 4, 2, 7, 520, 520, Type::BF16, 6, 0.0f},
+        {64, 64, 32, 2, 6, 450, 460, Type::F32, 6, 0.0f},  // GQA 16: runs in BF16 products in fast mode
+        {32, 32, 4, 1, 9, 480, 480, Type::Q8_0, 6, 5.0f},
+        {64, 64, 4, 1, 6, 400, 400, Type::Q4_0, 6, 0.0f},
     };
     for (Isa isa : isas_to_test()) {
         SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));

@@ -71,6 +71,11 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // visible: gathering costs a copy of every visible K and V row per token, the dense blocks the scores
 // of every key in the span for every token (causal prompts see about half of it, and stay dense).
 constexpr int64_t kGatherRatio = 4;
+// Within a gathering block, a token's run of at least this many consecutive visible cells (its
+// sequence's prompt, say) is read in dense blocks instead (16 sequences of 512-token prompts
+// decoding together, every key gathered before: attention 2.8-2.9 -> 0.9-1.1 ms a token, Zen 4,
+// kiln-bench -m 1b-q4_0.gguf -p 0 -n 16 --parallel 16 --parallel-prompt 512 --profile).
+constexpr int64_t kDenseRun = 32;
 
 // Asks for n rows of `bytes` bytes each, `stride` apart, to be brought into L2. One KV head's
 // rows are strided in the cache (a cell holds every KV head), which the hardware prefetchers
@@ -106,13 +111,13 @@ struct AttnPlan {
     size_t vis_off = 0;  // a token's visible cells (gathered path): int32 [n_kv + kAttnLanes]
     size_t per_thread = 0;
     size_t partial_floats = 0;  // per item when n_split > 1: O [M, ldv], then m [M] and l [M]
-    // Mixed sequences with K panels: a thread's first item of a KV head that gathers converts the
-    // head's K to float rows [kr_cells][kr_ld] (per thread, at krows_off), so each gathered key is
-    // one contiguous row instead of head_dim lines of its panel. The thread then takes the rest of
-    // its items of that head while the rows are in its cache.
+    // Mixed sequences with K panels: gathered keys are read from float rows [kr_cells][kr_ld] of
+    // their KV head (per thread, at krows_off), converted from the panels a panel at a time as
+    // gathered keys first need them (KRows), so each key is one contiguous row instead of head_dim
+    // lines of its panel. A thread takes its items KV head by KV head, so the rows serve all of them.
     bool k_rows = false;
     int64_t kr_cells = 0, kr_ld = 0;
-    size_t krows_off = 0;
+    size_t krows_off = 0, krows_done_off = 0;
 
     int64_t M() const { return bq * n_rep; }
     int64_t n_items() const { return n_qb * n_head_kv * n_split; }
@@ -177,6 +182,7 @@ AttnPlan make_plan(const Tensor& t, int nth) {
     take(p.vb_off, p.bk / 2 * p.ldv);
     take(p.vis_off, p.n_kv + kAttnLanes);
     take(p.krows_off, p.k_rows ? p.kr_cells * p.kr_ld : 0);
+    take(p.krows_done_off, p.k_rows ? (p.kr_cells / kKPanelCells + 3) / 4 : 0);
     p.per_thread = off;
     p.partial_floats = p.n_split > 1 ? line_floats(M * p.ldv + 2 * M) : 0;
     return p;
@@ -280,13 +286,34 @@ bool softmax_block_row(const AttnKernels& kern, float* s, const float* mask, int
     return true;
 }
 
-// Attention of one token (its n_rep query rows from r0) over only the keys it sees in [lo, hi), gathered
+// A thread's float rows of one KV head's K (AttnPlan::k_rows), converted from the panels as needed.
+struct KRows {
+    float* rows = nullptr;   // [kr_cells][kr_ld]; null: gathered keys are read from the cache
+    uint8_t* done = nullptr;  // [kr_cells / kKPanelCells]: panel converted
+    int64_t head = -1;
+
+    // Makes sure cell c of KV head hk is among the rows.
+    void need(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, int64_t hk, int64_t c) {
+        if (head != hk) {
+            std::fill(done, done + p.kr_cells / kKPanelCells, uint8_t{0});
+            head = hk;
+        }
+        const int64_t panel = c / kKPanelCells;
+        if (done[panel]) return;
+        // The panel's tile is K^T [hd][64 cells]: its transpose is the cells' rows.
+        const int64_t c0 = panel * kKPanelCells;
+        kern.k_transpose(k.type, p.kp.tile(k.data, c0, hk), p.kp.tile_row_bytes(), nullptr, p.hd, kKPanelCells,
+                         rows + c0 * p.kr_ld, p.kr_ld);
+        done[panel] = 1;
+    }
+};
+
+// Attention of one token (its n_rep query rows from r0) over only the given keys, gathered
 // bk at a time into dense tiles. Batched decoding interleaves the sequences' cells, so each token sees a
 // small share of the keys in its span, and the dense blocks would compute and discard the rest.
-// mx, sum and corr point at the token's first row's running statistics. k_rows: this KV head's K as
-// float rows [cells][p.kr_ld] (AttnPlan::k_rows), or null to read K from the cache.
-void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, const float* k_rows,
-                     int64_t token, int64_t r0, int64_t hk, int64_t lo, int64_t hi, float* mx, float* sum, float* corr) {
+// mx, sum and corr point at the token's first row's running statistics. idx: the n_vis cells, in order.
+void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, KRows& kr, int64_t token,
+                     int64_t r0, int64_t hk, const int32_t* vis, int64_t n_vis, float* mx, float* sum, float* corr) {
     const Tensor& k = *t.src[1];
     const Tensor& v = *t.src[2];
     const auto* mask = reinterpret_cast<const float*>(t.src[3]->row(token));
@@ -297,20 +324,20 @@ void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern
     float* O = w + p.o_off + r0 * ldv;
     float* gmask = w + p.gather_off;                        // [bk]
     auto* raw = reinterpret_cast<uint8_t*>(gmask + bk);     // [bk] rows of up to max(hd, hdv) floats
-    auto* vis = reinterpret_cast<int32_t*>(w + p.vis_off);  // the token's visible cells
     // K is transposed straight from where its rows are (K_rows, the cache's rows) by index; rows of
     // types the kernels cannot read and keys spread over panels are first copied to `raw` as floats
     // or cache rows. V rows are always copied (the product reads them at one stride).
     const bool v_float = !attn_native_type(v.type);
     const size_t vrb = v_float ? hdv * sizeof(float) : row_size(v.type, hdv);
-    const int64_t n_vis = kern.mask_visible(mask, lo, hi, vis);
     for (int64_t i0 = 0; i0 < n_vis; i0 += bk) {
         const int64_t nk = std::min(bk, n_vis - i0);
         const int32_t* idx = vis + i0;
         for (int64_t i = 0; i < nk; ++i) gmask[i] = mask[idx[i]];
         const int64_t nkp = attn_pad(nk);
-        if (k_rows) {
-            kern.k_transpose(Type::F32, reinterpret_cast<const uint8_t*>(k_rows), p.kr_ld * sizeof(float), idx, nk, hd, KT, bk);
+        if (kr.rows) {
+            for (int64_t i = 0; i < nk; ++i) kr.need(k, p, kern, hk, idx[i]);
+            kern.k_transpose(Type::F32, reinterpret_cast<const uint8_t*>(kr.rows), p.kr_ld * sizeof(float), idx, nk, hd, KT,
+                             bk);
         } else if (!p.k_panels && attn_native_type(k.type)) {
             kern.k_transpose(k.type, k.row(hk, 0), k.nb[2], idx, nk, hd, KT, bk);
         } else {
@@ -377,9 +404,9 @@ float* aligned_base(uint8_t* scratch) {
 // One item: query block qb against KV head hk over key range `split`. Writes the normalized output
 // rows, or (n_split > 1) the unnormalized partial O with its running max and sum.
 // fast: BF16 products where the kernels have them (query blocks of more than 8 rows).
-// k_rows_head: the KV head whose K the thread's rows (AttnPlan::k_rows) hold, -1 for none yet.
-void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, float* partial,
-                 int64_t& k_rows_head, int64_t qb, int64_t hk, int64_t split, bool fast) {
+// kr: the thread's K rows (AttnPlan::k_rows).
+void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, float* partial, KRows& kr,
+                 int64_t qb, int64_t hk, int64_t split, bool fast) {
     const Tensor& q = *t.src[0];  // [hd, n_head, n_tokens] F32
     const Tensor& k = *t.src[1];  // [hd, n_head_kv, n_kv]
     const Tensor& v = *t.src[2];  // [hdv, n_head_kv, n_kv]
@@ -420,114 +447,133 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
     std::fill(mx, mx + M, kNegInf);
     std::fill(sum, sum + M, 0.0f);
 
+    // Dense key blocks over [lo, last) for the tokens tt_min .. tt_max (each where its range sees the
+    // block). bf16_blocks: BF16 products; clip: one token's run of keys, whose blocks' other cells
+    // are hidden here (its scattered keys are gathered).
+    float* clipped = w + p.gather_off;  // [bk] (attend_gathered's mask values, not in use meanwhile)
+    auto dense_blocks = [&](int64_t lo, int64_t last, int64_t tt_min, int64_t tt_max, bool bf16_blocks, bool clip) {
+        // Key blocks of K panels start on a panel (the mask hides the cells before `lo`).
+        const int64_t first = p.k_panels && lo < last ? lo / kKPanelCells * kKPanelCells : lo;
+        for (int64_t c0 = first; c0 < last; c0 += bk) {
+            const int64_t nk = std::min(bk, last - c0), c1 = c0 + nk;
+            // Only the rows of tokens that see this block are computed (in batched decoding each
+            // sequence's cells are seen by its own token alone).
+            int64_t tt_lo = nt, tt_hi = -1;
+            for (int64_t tt = tt_min; tt <= tt_max; ++tt) {
+                if (range[2 * tt] < c1 && range[2 * tt + 1] > c0) {
+                    tt_lo = std::min(tt_lo, tt);
+                    tt_hi = tt;
+                }
+            }
+            if (tt_hi < 0) continue;
+            const int64_t r0 = tt_lo * n_rep, Mb = (tt_hi + 1 - tt_lo) * n_rep;
+
+            // The next block's K and V, while this one computes. The products that read the cache
+            // as stored (generation) spread the requests over their loops (AttnPrefetch); the others
+            // take them in two bursts, K before Q K^T and V after it.
+            const int64_t n_next = c1 < last ? std::min(bk, last - c1) : 0;
+            if (bf16_blocks) {
+                if (n_next > 0 && p.k_panels) {
+                    for (int64_t j = 0; j < n_next; j += kKPanelCells) {
+                        prefetch_rows(p.kp.tile(k.data, c1 + j, hk), 0, 1, p.kp.tile_bytes());
+                    }
+                } else if (n_next > 0) {
+                    prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
+                }
+                k_block_bf16(k, p, kern, c0, nk, hk, KT, stage, KB);
+                kern.gemm_bf16(Mb, attn_pad(nk), hp, QB + r0 * hp, hp, KB, bk, S + r0 * bk, bk, nullptr);
+            } else if (p.k_panels) {
+                attend_k_panels(k, p, kern, c0, nk, hk, n_next, Q + r0 * hd, Mb, KT, S + r0 * bk);
+            } else {
+                if (n_next > 0) prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
+                attend_k_rows(k, p, kern, c0, nk, hk, Q + r0 * hd, Mb, KT, stage, S + r0 * bk);
+            }
+            const bool v_direct = !bf16_blocks && !p.staged && (v.type == Type::F32 || Mb <= 8);
+            if (n_next > 0 && !v_direct) prefetch_rows(v.row(hk, c1), v.nb[2], n_next, row_size(v.type, hdv));
+
+            bool any_row = false;
+            for (int64_t r = r0; r < r0 + Mb; ++r) {
+                const int64_t tt = r / n_rep;
+                float* s = S + r * bk;
+                auto* pb = bf16_blocks ? reinterpret_cast<uint16_t*>(PB + r * (bk / 2)) : nullptr;
+                if (range[2 * tt] < c1 && range[2 * tt + 1] > c0) {
+                    const float* m = reinterpret_cast<const float*>(mask.row(t0 + tt)) + c0;
+                    if (clip) {  // one token's run: the block's other cells are hidden (gathered instead)
+                        if (r == r0) {
+                            for (int64_t j = 0; j < nk; ++j) clipped[j] = c0 + j >= lo && c0 + j < last ? m[j] : kNegInf;
+                        }
+                        m = clipped;
+                    }
+                    any_row |= softmax_block_row(kern, s, m, nk, softcap, mx[r], sum[r], corr[r], pb);
+                } else {
+                    if (pb) std::fill(pb, pb + (nk + 1) / 2 * 2, uint16_t{0});
+                    else std::fill(s, s + nk, 0.0f);
+                    corr[r] = 1.0f;
+                }
+            }
+            if (!any_row) continue;
+
+            // O = O * corr + P V. With few query rows (generation) the kernel reads V as stored and
+            // converts each element once; many rows would convert it once per row group, so a float
+            // tile is made first.
+            const uint8_t* vrows = v.row(hk, c0);
+            if (bf16_blocks) {
+                if (p.staged) {
+                    for (int64_t i = 0; i < nk; ++i) dequantize_row(v.type, vrows + i * v.nb[2], stage + i * hdv, hdv);
+                    kern.bf16_pairs(Type::F32, reinterpret_cast<const uint8_t*>(stage), hdv * sizeof(float), nk, hdv, VB,
+                                    ldv);
+                } else {
+                    kern.bf16_pairs(v.type, vrows, v.nb[2], nk, hdv, VB, ldv);
+                }
+                kern.gemm_bf16(Mb, ldv, (nk + 1) / 2, PB + r0 * (bk / 2), bk / 2, VB, ldv, O + r0 * ldv, ldv, corr + r0);
+                continue;
+            }
+            if (v_direct) {
+                const AttnPrefetch next{.first = n_next > 0 ? v.row(hk, c1) : nullptr, .stride = v.nb[2], .rows = n_next,
+                                        .row_bytes = row_size(v.type, hdv)};
+                kern.gemm(Mb, ldv, nk, S + r0 * bk, bk, v.type, vrows, v.nb[2], hdv, O + r0 * ldv, ldv, corr + r0, &next);
+                continue;
+            }
+            if (p.staged) {
+                for (int64_t i = 0; i < nk; ++i) dequantize_row(v.type, vrows + i * v.nb[2], stage + i * hdv, hdv);
+                kern.v_rows(Type::F32, reinterpret_cast<const uint8_t*>(stage), hdv * sizeof(float), nk, hdv, V, ldv);
+            } else {
+                kern.v_rows(v.type, vrows, v.nb[2], nk, hdv, V, ldv);
+            }
+            kern.gemm(Mb, ldv, nk, S + r0 * bk, bk, Type::F32, reinterpret_cast<const uint8_t*>(V), ldv * sizeof(float), ldv,
+                      O + r0 * ldv, ldv, corr + r0, nullptr);
+        }
+    };
+
     // Each token's first and last visible key in this item's range; key blocks outside every
     // token's span (the future of a causal mask, the past of a sliding window) are never read.
     const ItemKeys keys = item_keys(mask, p, kern, qb, split, range);
-    int64_t first = keys.first, last = keys.last;
-    if (keys.gather) {
-        float* head_rows = p.k_rows ? w + p.krows_off : nullptr;
-        if (head_rows && k_rows_head != hk) {
-            // The panel tiles are K^T [hd][64 cells]: their transposes are the cells' rows.
-            for (int64_t c0 = 0; c0 < p.kr_cells; c0 += kKPanelCells) {
-                kern.k_transpose(k.type, p.kp.tile(k.data, c0, hk), p.kp.tile_row_bytes(), nullptr, hd, kKPanelCells,
-                                 head_rows + c0 * p.kr_ld, p.kr_ld);
-            }
-            k_rows_head = hk;
-        }
+    if (!keys.gather) {
+        dense_blocks(keys.first, keys.last, 0, nt - 1, to_bf16 != nullptr, false);
+    } else {
+        // Each token on its own: runs of at least kDenseRun consecutive visible cells (a sequence's
+        // prompt) in dense blocks, as generation reads them, the scattered rest gathered.
+        auto* vis = reinterpret_cast<int32_t*>(w + p.vis_off);
         for (int64_t tt = 0; tt < nt; ++tt) {
             const int64_t r0 = tt * n_rep;
-            if (range[2 * tt] < range[2 * tt + 1]) {
-                attend_gathered(t, p, kern, w, head_rows, t0 + tt, r0, hk, range[2 * tt], range[2 * tt + 1], mx + r0,
-                                sum + r0, corr + r0);
-            }
-        }
-        first = last;  // no dense blocks
-    }
-    // Key blocks of K panels start on a panel (the mask hides the cells before `first`).
-    if (p.k_panels && first < last) first = first / kKPanelCells * kKPanelCells;
-
-    for (int64_t c0 = first; c0 < last; c0 += bk) {
-        const int64_t nk = std::min(bk, last - c0), c1 = c0 + nk;
-        // Only the rows of tokens that see this block are computed (in batched decoding each
-        // sequence's cells are seen by its own token alone).
-        int64_t tt_lo = nt, tt_hi = -1;
-        for (int64_t tt = 0; tt < nt; ++tt) {
-            if (range[2 * tt] < c1 && range[2 * tt + 1] > c0) {
-                tt_lo = std::min(tt_lo, tt);
-                tt_hi = tt;
-            }
-        }
-        if (tt_hi < 0) continue;
-        const int64_t r0 = tt_lo * n_rep, Mb = (tt_hi + 1 - tt_lo) * n_rep;
-
-        // The next block's K and V, while this one computes. The products that read the cache
-        // as stored (generation) spread the requests over their loops (AttnPrefetch); the others
-        // take them in two bursts, K before Q K^T and V after it.
-        const int64_t n_next = c1 < last ? std::min(bk, last - c1) : 0;
-        if (to_bf16) {
-            if (n_next > 0 && p.k_panels) {
-                for (int64_t j = 0; j < n_next; j += kKPanelCells) {
-                    prefetch_rows(p.kp.tile(k.data, c1 + j, hk), 0, 1, p.kp.tile_bytes());
+            if (range[2 * tt] >= range[2 * tt + 1]) continue;
+            const auto* mrow = reinterpret_cast<const float*>(mask.row(t0 + tt));
+            const int64_t n_vis = kern.mask_visible(mrow, range[2 * tt], range[2 * tt + 1], vis);
+            int64_t scattered = 0;  // vis[0 .. scattered): the keys outside long runs, in order
+            for (int64_t i = 0; i < n_vis;) {
+                int64_t j = i + 1;
+                while (j < n_vis && vis[j] == vis[j - 1] + 1) ++j;
+                if (j - i >= kDenseRun) {
+                    dense_blocks(vis[i], vis[j - 1] + 1, tt, tt, to_bf16 && n_rep > 8, true);
+                } else {
+                    for (int64_t c = i; c < j; ++c) vis[scattered++] = vis[c];
                 }
-            } else if (n_next > 0) {
-                prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
+                i = j;
             }
-            k_block_bf16(k, p, kern, c0, nk, hk, KT, stage, KB);
-            kern.gemm_bf16(Mb, attn_pad(nk), hp, QB + r0 * hp, hp, KB, bk, S + r0 * bk, bk, nullptr);
-        } else if (p.k_panels) {
-            attend_k_panels(k, p, kern, c0, nk, hk, n_next, Q + r0 * hd, Mb, KT, S + r0 * bk);
-        } else {
-            if (n_next > 0) prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
-            attend_k_rows(k, p, kern, c0, nk, hk, Q + r0 * hd, Mb, KT, stage, S + r0 * bk);
-        }
-        const bool v_direct = !to_bf16 && !p.staged && (v.type == Type::F32 || Mb <= 8);
-        if (n_next > 0 && !v_direct) prefetch_rows(v.row(hk, c1), v.nb[2], n_next, row_size(v.type, hdv));
-
-        bool any_row = false;
-        for (int64_t r = r0; r < r0 + Mb; ++r) {
-            const int64_t tt = r / n_rep;
-            float* s = S + r * bk;
-            auto* pb = to_bf16 ? reinterpret_cast<uint16_t*>(PB + r * (bk / 2)) : nullptr;
-            if (range[2 * tt] < c1 && range[2 * tt + 1] > c0) {
-                const auto* m = reinterpret_cast<const float*>(mask.row(t0 + tt)) + c0;
-                any_row |= softmax_block_row(kern, s, m, nk, softcap, mx[r], sum[r], corr[r], pb);
-            } else {
-                if (pb) std::fill(pb, pb + (nk + 1) / 2 * 2, uint16_t{0});
-                else std::fill(s, s + nk, 0.0f);
-                corr[r] = 1.0f;
+            if (scattered > 0) {
+                attend_gathered(t, p, kern, w, kr, t0 + tt, r0, hk, vis, scattered, mx + r0, sum + r0, corr + r0);
             }
         }
-        if (!any_row) continue;
-
-        // O = O * corr + P V. With few query rows (generation) the kernel reads V as stored and
-        // converts each element once; many rows would convert it once per row group, so a float
-        // tile is made first.
-        const uint8_t* vrows = v.row(hk, c0);
-        if (to_bf16) {
-            if (p.staged) {
-                for (int64_t i = 0; i < nk; ++i) dequantize_row(v.type, vrows + i * v.nb[2], stage + i * hdv, hdv);
-                kern.bf16_pairs(Type::F32, reinterpret_cast<const uint8_t*>(stage), hdv * sizeof(float), nk, hdv, VB,
-                                ldv);
-            } else {
-                kern.bf16_pairs(v.type, vrows, v.nb[2], nk, hdv, VB, ldv);
-            }
-            kern.gemm_bf16(Mb, ldv, (nk + 1) / 2, PB + r0 * (bk / 2), bk / 2, VB, ldv, O + r0 * ldv, ldv, corr + r0);
-            continue;
-        }
-        if (v_direct) {
-            const AttnPrefetch next{.first = n_next > 0 ? v.row(hk, c1) : nullptr, .stride = v.nb[2], .rows = n_next,
-                                    .row_bytes = row_size(v.type, hdv)};
-            kern.gemm(Mb, ldv, nk, S + r0 * bk, bk, v.type, vrows, v.nb[2], hdv, O + r0 * ldv, ldv, corr + r0, &next);
-            continue;
-        }
-        if (p.staged) {
-            for (int64_t i = 0; i < nk; ++i) dequantize_row(v.type, vrows + i * v.nb[2], stage + i * hdv, hdv);
-            kern.v_rows(Type::F32, reinterpret_cast<const uint8_t*>(stage), hdv * sizeof(float), nk, hdv, V, ldv);
-        } else {
-            kern.v_rows(v.type, vrows, v.nb[2], nk, hdv, V, ldv);
-        }
-        kern.gemm(Mb, ldv, nk, S + r0 * bk, bk, Type::F32, reinterpret_cast<const uint8_t*>(V), ldv * sizeof(float), ldv,
-                  O + r0 * ldv, ldv, corr + r0, nullptr);
     }
 
     if (partial) {
@@ -590,14 +636,18 @@ void op_attention(const Tensor& t, ComputeContext& ctx) {
     float* partials = base + p.per_thread * static_cast<size_t>(ctx.nth);
     // The thread's items (every nth) taken KV head by KV head: the K rows a gathering item
     // converts serve the thread's other items of that head.
-    int64_t k_rows_head = -1;
+    KRows kr;
+    if (p.k_rows) {
+        kr.rows = w + p.krows_off;
+        kr.done = reinterpret_cast<uint8_t*>(w + p.krows_done_off);
+    }
     for (int64_t hk = 0; hk < p.n_head_kv; ++hk) {
         for (int64_t qb = 0; qb < p.n_qb; ++qb) {
             for (int64_t split = 0; split < p.n_split; ++split) {
                 const int64_t i = (qb * p.n_head_kv + hk) * p.n_split + split;
                 if (i % ctx.nth != ctx.ith) continue;
                 float* partial = p.n_split > 1 ? partials + i * p.partial_floats : nullptr;
-                attend_item(t, p, kern, w, partial, k_rows_head, qb, hk, split, !ctx.precise);
+                attend_item(t, p, kern, w, partial, kr, qb, hk, split, !ctx.precise);
             }
         }
     }
