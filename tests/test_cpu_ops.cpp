@@ -1054,8 +1054,8 @@ TEST(AttentionKernels, ExpAndSoftcapMatchLibm) {
     }
 }
 
-// mask_span of every table against the reference, on random masks with every span length and
-// offset around the vector width (tails, no visible key, all visible, one at either end).
+// mask_span and mask_visible of every table against the reference, on random masks with every span
+// length and offset around the vector width (tails, no visible key, all visible, one at either end).
 TEST(AttentionKernels, MaskSpanMatchesReference) {
     std::mt19937 rng(11);
     const float inf = std::numeric_limits<float>::infinity();
@@ -1078,6 +1078,14 @@ TEST(AttentionKernels, MaskSpanMatchesReference) {
                     EXPECT_EQ(got.first, first) << "lo=" << lo << " hi=" << hi << " density=" << density;
                     EXPECT_EQ(got.last, last) << "lo=" << lo << " hi=" << hi << " density=" << density;
                     EXPECT_EQ(got.count, count) << "lo=" << lo << " hi=" << hi << " density=" << density;
+                    // mask_visible: the same keys as a list, in order (room for a vector past the span)
+                    std::vector<int32_t> want_idx, idx(static_cast<size_t>(hi - lo + kiln::cpu::kAttnLanes), -1);
+                    for (int64_t c = lo; c < hi; ++c) {
+                        if (m[c] != -inf) want_idx.push_back(static_cast<int32_t>(c));
+                    }
+                    const int64_t n = k.mask_visible(m.data(), lo, hi, idx.data());
+                    ASSERT_EQ(n, static_cast<int64_t>(want_idx.size())) << "lo=" << lo << " hi=" << hi;
+                    EXPECT_TRUE(std::equal(want_idx.begin(), want_idx.end(), idx.begin())) << "lo=" << lo << " hi=" << hi;
                 }
             }
         }
