@@ -34,6 +34,7 @@
 #include "core/graph.h"
 #include "core/kv_layout.h"
 #include "core/quant.h"
+#include "core/quant_repack.h"
 #include "core/types.h"
 
 namespace {
@@ -1364,6 +1365,57 @@ TEST(MulMatAuto, PreciseForSmallBatchesFastForLarge) {
         const auto& other = M <= kiln::kAutoPreciseRows ? res[1] : res[2];
         EXPECT_EQ(0, std::memcmp(res[0].data(), want.data(), want.size() * sizeof(float)));
         EXPECT_NE(0, std::memcmp(res[0].data(), other.data(), other.size() * sizeof(float)));
+    }
+}
+
+// Products of one input with several packed weights in a row (q, k and v in the models) quantize it
+// once (PackedActs): each must equal the same product computed alone, bit for bit, whether the
+// activation format matches the previous product's (Q4_0 after Q4_0), differs only in its offset
+// (Q8_0) or entirely (Q4_K), in both precisions, with another op or input in between.
+TEST(MulMatPacked, ConsecutiveProductsOfOneInputMatchProductsAlone) {
+    std::mt19937 rng(14);
+    const int64_t K = 256, N = 32, M = 5;
+    const Type types[] = {Type::Q4_0, Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q4_K, Type::Q4_0};
+    std::vector<std::vector<uint8_t>> packed;
+    for (Type t : types) {
+        const auto wv = randn(rng, K * N);
+        std::vector<uint8_t> rows(kiln::row_size(t, K) * N);
+        kiln::quantize(t, wv.data(), rows.data(), N, K);
+        packed.emplace_back(kiln::packed_size(t, K, N));
+        kiln::pack_rows(t, rows.data(), kiln::row_size(t, K), packed.back().data(), K, N);
+    }
+    const auto xv = randn(rng, K * M), x2v = randn(rng, K * M);
+    for (MatmulPrecision prec : {MatmulPrecision::Fast, MatmulPrecision::Precise}) {
+        for (int nth : kThreads) {
+            SCOPED_TRACE(std::string(prec == MatmulPrecision::Fast ? "fast" : "precise") + " threads=" + std::to_string(nth));
+            auto weight = [&](Harness& h, size_t i) {
+                Tensor* w = h.g.leaf(types[i], {K, N, 1, 1}, "w" + std::to_string(i), h.hold_copy(packed[i]));
+                w->layout = kiln::Layout::Packed16;
+                return w;
+            };
+            // All in one graph: x times weights 0-3, an add, x times weight 4, x2 times weight 5.
+            Harness h(nth, prec);
+            Tensor* x = h.f32({K, M, 1, 1}, xv, Layout::Contiguous, "x");
+            Tensor* x2 = h.f32({K, M, 1, 1}, x2v, Layout::Contiguous, "x2");
+            std::vector<Tensor*> outs;
+            for (size_t i = 0; i < 4; ++i) outs.push_back(h.g.mul_mat(weight(h, i), x, "mm" + std::to_string(i)));
+            Tensor* sum = h.g.add(outs[0], outs[1]);
+            outs.push_back(h.g.mul_mat(weight(h, 4), x, "mm4"));
+            outs.push_back(h.g.mul_mat(weight(h, 5), x2, "mm5"));
+            for (Tensor* o : outs) h.g.mark_output(o);  // kept (memory not reused) to be read after
+            h.compute();
+            for (size_t i = 0; i < outs.size(); ++i) {
+                Harness alone(nth, prec);
+                Tensor* out = alone.g.mul_mat(weight(alone, i),
+                                              alone.f32({K, M, 1, 1}, i == 5 ? x2v : xv, Layout::Contiguous, "x"), "mm");
+                alone.compute();
+                const auto got = read(outs[i]), want = read(out);
+                ASSERT_EQ(got.size(), want.size());
+                EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+                    << "product " << i << " (" << kiln::type_name(types[i]) << ")";
+            }
+            ASSERT_NE(sum, nullptr);
+        }
     }
 }
 

@@ -126,8 +126,10 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
     if (profiling) profile_.begin_graph(nodes, nth);
     pool_.run([&](int ith, int n_threads) {
         RopeTable rope;
+        PackedActs acts;
         ComputeContext ctx;
         ctx.rope = &rope;
+        ctx.acts = &acts;
         ctx.ith = ith;
         ctx.nth = n_threads;
         ctx.barrier = [this] { pool_.barrier(); };
@@ -139,6 +141,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
             const Tensor* n = nodes[i];
             const OpFn fn = op_fn(n->op);
             if (!fn) continue;  // views: nothing to compute
+            if (n->op != Op::MulMat || n->src[0]->layout != Layout::Packed16) acts.x = nullptr;
             ctx.precise = precise(*n);
             if (!profiling) {
                 fn(*n, ctx);

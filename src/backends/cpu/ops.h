@@ -26,6 +26,18 @@ struct RopeTable {
     std::vector<float> cos, sin;  // [n_dims / 2]
 };
 
+// What the shared scratch holds after a packed matmul, as one thread recorded it: the packed
+// activations of x in the format `quantize` (with offset, tile_bytes, pairs) writes. Consecutive
+// products of the same input (q, k and v; gate and up) then quantize it once. Cleared before any
+// other kind of node (CpuBackend::compute), and per graph.
+struct PackedActs {
+    const Tensor* x = nullptr;  // null: nothing reusable
+    const void* quantize = nullptr;
+    int32_t offset = 0;
+    size_t tile_bytes = 0;
+    int pairs = 0;
+};
+
 struct ComputeContext {
     int ith = 0;
     int nth = 1;
@@ -41,6 +53,7 @@ struct ComputeContext {
     // Thread 0 resets it before the op's first internal barrier; null: static split.
     WorkRegions* work = nullptr;
     RopeTable* rope = nullptr;  // this thread's, kept across the nodes of one graph; null: none
+    PackedActs* acts = nullptr;  // this thread's record of the scratch; null: never reuse it
 };
 
 // Rows [begin, end) of n that thread ith of nth handles.

@@ -94,14 +94,20 @@ void mul_mat_packed(const Tensor& t, ComputeContext& ctx) {
     const PackedKernels& pk = *plan.k;
     const size_t tile_bytes = plan.tile_bytes;
     const int pairs = plan.pairs;
+    // The previous node quantized the same input the same way (q, k, v): the scratch has it.
+    const PackedActs acts{.x = &x, .quantize = reinterpret_cast<const void*>(pk.quantize_act), .offset = pk.offset,
+                          .tile_bytes = tile_bytes, .pairs = pairs};
+    const bool reuse = ctx.acts && ctx.acts->x == acts.x && ctx.acts->quantize == acts.quantize &&
+                       ctx.acts->offset == acts.offset && ctx.acts->tile_bytes == acts.tile_bytes && ctx.acts->pairs == acts.pairs;
     int64_t r0, r1;
     split_rows(M, ctx.ith, ctx.nth, r0, r1);
-    for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t r = reuse ? r1 : r0; r < r1; ++r) {
         const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
         const int64_t a = r * pairs;  // activation row (and a + 1 for its residual)
         pk.quantize_act(reinterpret_cast<const float*>(x.row(i1, i2, i3)), K, pk.offset,
                         ctx.scratch + static_cast<size_t>(a / kActTile) * tile_bytes, static_cast<int>(a % kActTile), pairs == 2);
     }
+    if (ctx.acts) *ctx.acts = acts;
     const int64_t n_groups = N / kPackRows;
     const int64_t chunk = matmul_chunk_groups(n_groups, ctx.nth);
     if (ctx.work && ctx.ith == 0) ctx.work->reset(n_groups, ctx.nth);
