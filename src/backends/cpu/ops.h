@@ -36,6 +36,7 @@ struct PackedActs {
     int32_t offset = 0;
     size_t tile_bytes = 0;
     int pairs = 0;
+    bool operator==(const PackedActs&) const = default;
 };
 
 struct ComputeContext {

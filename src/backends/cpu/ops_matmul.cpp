@@ -97,8 +97,7 @@ void mul_mat_packed(const Tensor& t, ComputeContext& ctx) {
     // The previous node quantized the same input the same way (q, k, v): the scratch has it.
     const PackedActs acts{.x = &x, .quantize = reinterpret_cast<const void*>(pk.quantize_act), .offset = pk.offset,
                           .tile_bytes = tile_bytes, .pairs = pairs};
-    const bool reuse = ctx.acts && ctx.acts->x == acts.x && ctx.acts->quantize == acts.quantize &&
-                       ctx.acts->offset == acts.offset && ctx.acts->tile_bytes == acts.tile_bytes && ctx.acts->pairs == acts.pairs;
+    const bool reuse = ctx.acts && *ctx.acts == acts;
     int64_t r0, r1;
     split_rows(M, ctx.ith, ctx.nth, r0, r1);
     for (int64_t r = reuse ? r1 : r0; r < r1; ++r) {
