@@ -13,10 +13,12 @@
  * Each call is preceded by a 3 ms pause: the idle build's thread pool polls for 2 ms after its
  * last job (thread_pool.cpp) and would take the cores from the other one.
  *
- *   ab_builds LIB_A LIB_B MODEL STEPS [THREADS=2] [PRECISION=0] [PROMPT=1]
+ *   ab_builds LIB_A LIB_B MODEL STEPS [THREADS=2] [PRECISION=0] [PROMPT=1] [DEPTH=0]
  *   e.g. ab_builds /tmp/a/libkiln.so.0 build/release/src/libkiln.so.0 1b-q4_0.gguf 64
  * PROMPT > 1: each step decodes a PROMPT-token batch from an empty cache (prompt speed);
- * otherwise one token per step at positions 0..255, cleared every 256 (generation). */
+ * otherwise one token per step at positions DEPTH..DEPTH+255, the cache trimmed back to DEPTH
+ * every 256 (generation). DEPTH > 0: the cache is first filled with DEPTH tokens (untimed, in
+ * 512-token batches), as kiln-bench -d does; prompts then decode after them. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -34,6 +36,7 @@ typedef struct {
     kiln_batch (*batch_init)(int32_t, int32_t);
     int32_t (*decode)(kiln_context*, kiln_batch);
     void (*kv_clear)(kiln_context*);
+    bool (*kv_seq_rm)(kiln_context*, int32_t, int32_t, int32_t);
     const char* (*last_error)(void);
 } Build;
 
@@ -65,14 +68,15 @@ static int parse_int(const char* s, const char* what, int lo, int hi) {
 }
 
 int main(int argc, char** argv) {
-    if (argc < 5 || argc > 8) {
-        fprintf(stderr, "usage: ab_builds LIB_A LIB_B MODEL STEPS [THREADS=2] [PRECISION=0] [PROMPT=1]\n");
+    if (argc < 5 || argc > 9) {
+        fprintf(stderr, "usage: ab_builds LIB_A LIB_B MODEL STEPS [THREADS=2] [PRECISION=0] [PROMPT=1] [DEPTH=0]\n");
         return 2;
     }
     const int steps = parse_int(argv[4], "STEPS", 1, 100000);
     const int threads = argc > 5 ? parse_int(argv[5], "THREADS", 1, 1024) : 2;
     const int precision = argc > 6 ? parse_int(argv[6], "PRECISION", 0, 2) : 0;
     const int prompt = argc > 7 ? parse_int(argv[7], "PROMPT", 1, 512) : 1;
+    const int depth = argc > 8 ? parse_int(argv[8], "DEPTH", 0, 1 << 20) : 0;
 
     Build b[2];
     kiln_context* ctx[2];
@@ -91,6 +95,7 @@ int main(int argc, char** argv) {
         b[i].batch_init = (kiln_batch(*)(int32_t, int32_t))need(lib, path, "kiln_batch_init");
         b[i].decode = (int32_t(*)(kiln_context*, kiln_batch))need(lib, path, "kiln_decode");
         b[i].kv_clear = (void (*)(kiln_context*))need(lib, path, "kiln_kv_clear");
+        b[i].kv_seq_rm = (bool (*)(kiln_context*, int32_t, int32_t, int32_t))need(lib, path, "kiln_kv_seq_rm");
         b[i].last_error = (const char* (*)(void))need(lib, path, "kiln_last_error");
         kiln_model* model = b[i].model_load(argv[3], b[i].model_params());
         if (!model) {
@@ -98,7 +103,7 @@ int main(int argc, char** argv) {
             return 1;
         }
         struct kiln_context_params cp = b[i].context_params();
-        cp.n_ctx = 512;
+        cp.n_ctx = (uint32_t)depth + 512;
         cp.n_batch = cp.n_ubatch = 512;
         cp.n_threads = threads;
         cp.matmul_precision = precision;
@@ -108,6 +113,21 @@ int main(int argc, char** argv) {
             return 1;
         }
         batch[i] = b[i].batch_init(512, 1);
+        for (int p0 = 0; p0 < depth; p0 += 512) {  // the depth, once
+            kiln_batch* bt = &batch[i];
+            bt->n_tokens = depth - p0 < 512 ? depth - p0 : 512;
+            for (int j = 0; j < bt->n_tokens; ++j) {
+                bt->token[j] = ((p0 + j) * 13) % 1000 + 5;
+                bt->pos[j] = p0 + j;
+                bt->n_seq_id[j] = 1;
+                bt->seq_id[j][0] = 0;
+                bt->logits[j] = j == bt->n_tokens - 1;
+            }
+            if (b[i].decode(ctx[i], *bt) != 0) {
+                fprintf(stderr, "ab_builds: %s: filling the depth failed: %s\n", path, b[i].last_error());
+                return 1;
+            }
+        }
     }
 
     const int warmup = 4;
@@ -120,11 +140,14 @@ int main(int argc, char** argv) {
             const int i = (s & 1) ? 1 - k : k;  // alternate which build goes first
             kiln_batch* bt = &batch[i];
             const int pos = s % 256;
-            if (prompt > 1 || pos == 0) b[i].kv_clear(ctx[i]);
+            if (prompt > 1 || pos == 0) {
+                if (depth > 0) b[i].kv_seq_rm(ctx[i], -1, depth, -1);
+                else b[i].kv_clear(ctx[i]);
+            }
             bt->n_tokens = prompt;
             for (int j = 0; j < prompt; ++j) {
                 bt->token[j] = (s * 7 + j * 13) % 1000 + 5;
-                bt->pos[j] = prompt > 1 ? j : pos;
+                bt->pos[j] = depth + (prompt > 1 ? j : pos);
                 bt->n_seq_id[j] = 1;
                 bt->seq_id[j][0] = 0;
                 bt->logits[j] = j == prompt - 1;
@@ -146,8 +169,8 @@ int main(int argc, char** argv) {
     qsort(t[0], steps, sizeof(double), cmp_double);
     qsort(t[1], steps, sizeof(double), cmp_double);
     qsort(ratio, steps, sizeof(double), cmp_double);
-    printf("%s, %s: A %.2f t/s  B %.2f t/s  B/A time: median %.4f (quartiles %.4f %.4f), %d steps\n", argv[3],
-           prompt > 1 ? "prompt" : "generation", prompt * 1e3 / t[0][steps / 2], prompt * 1e3 / t[1][steps / 2], ratio[steps / 2],
+    printf("%s, %s%s: A %.2f t/s  B %.2f t/s  B/A time: median %.4f (quartiles %.4f %.4f), %d steps\n", argv[3],
+           prompt > 1 ? "prompt" : "generation", depth > 0 ? " after a filled depth" : "", prompt * 1e3 / t[0][steps / 2], prompt * 1e3 / t[1][steps / 2], ratio[steps / 2],
            ratio[steps / 4], ratio[3 * steps / 4], steps);
     return 0;
 }
