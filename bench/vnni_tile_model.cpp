@@ -37,45 +37,41 @@ inline void dpbusd_mem(__m512i& acc, __m512i w, const int32_t* x) {
     asm volatile("vpdpbusd %1%{1to16%}, %2, %0" : "+v"(acc) : "m"(*x), "v"(w));
 }
 
-__attribute__((noinline)) __m512i loop_reg(int64_t n) {
+// 16 accumulator chains through n steps of step(s, k); returns their sum.
+template <class Step>
+inline __attribute__((always_inline)) __m512i chains16(int64_t n, Step step) {
     __m512i s[16];
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) s[i] = _mm512_set1_epi32(i);
+    for (int64_t k = 0; k < n; ++k) step(s, k);
+    __m512i r = s[0];
+#pragma GCC unroll 16
+    for (int i = 1; i < 16; ++i) r = _mm512_add_epi32(r, s[i]);
+    return r;
+}
+
+__attribute__((noinline)) __m512i loop_reg(int64_t n) {
     const __m512i w = _mm512_set1_epi32(0x01020304), x = _mm512_set1_epi32(0x05060708);
-    for (int64_t k = 0; k < n; ++k) {
+    return chains16(n, [&](__m512i (&s)[16], int64_t) {
 #pragma GCC unroll 16
         for (int i = 0; i < 16; ++i) {
             s[i] = _mm512_dpbusd_epi32(s[i], w, x);
             asm volatile("" : "+v"(s[i]));
         }
-    }
-    __m512i r = s[0];
-#pragma GCC unroll 16
-    for (int i = 1; i < 16; ++i) r = _mm512_add_epi32(r, s[i]);
-    return r;
+    });
 }
 
 __attribute__((noinline)) __m512i loop_bcast(int64_t n) {
-    __m512i s[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) s[i] = _mm512_set1_epi32(i);
     const __m512i w = _mm512_set1_epi32(0x01020304);
-    for (int64_t k = 0; k < n; ++k) {
+    return chains16(n, [&](__m512i (&s)[16], int64_t k) {
 #pragma GCC unroll 16
         for (int i = 0; i < 16; ++i) dpbusd_mem(s[i], w, g_x + i * 8 + (k & 7));
-    }
-    __m512i r = s[0];
-#pragma GCC unroll 16
-    for (int i = 1; i < 16; ++i) r = _mm512_add_epi32(r, s[i]);
-    return r;
+    });
 }
 
 __attribute__((noinline)) __m512i loop_bcast_x2(int64_t n) {
-    __m512i s[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) s[i] = _mm512_set1_epi32(i);
     const __m512i w0 = _mm512_set1_epi32(0x01020304), w1 = _mm512_set1_epi32(0x01020305);
-    for (int64_t k = 0; k < n; ++k) {
+    return chains16(n, [&](__m512i (&s)[16], int64_t k) {
 #pragma GCC unroll 8
         for (int i = 0; i < 8; ++i) {
             __m512i x;
@@ -83,11 +79,7 @@ __attribute__((noinline)) __m512i loop_bcast_x2(int64_t n) {
             s[2 * i] = _mm512_dpbusd_epi32(s[2 * i], w0, x);
             s[2 * i + 1] = _mm512_dpbusd_epi32(s[2 * i + 1], w1, x);
         }
-    }
-    __m512i r = s[0];
-#pragma GCC unroll 16
-    for (int i = 1; i < 16; ++i) r = _mm512_add_epi32(r, s[i]);
-    return r;
+    });
 }
 
 // n blocks of the 8-row q4_0 tile (64 vpdpbusd each).
