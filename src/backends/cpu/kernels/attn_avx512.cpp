@@ -73,39 +73,29 @@ inline __m512 tanh16(__m512 x) {
 
 // ---- row loads -----------------------------------------------------------------------------------
 
-// Elements d .. d + 16 of a row as floats, zeros where m is clear.
-template <Type T>
+// Elements d .. d + 16 of a row as floats, zeros where m is clear. Full: every lane lies inside the
+// row (m ignored), so the load takes no mask: on Intel a masked load costs a vector uop on the
+// ports the FMAs use.
+template <Type T, bool Full = false>
 inline __m512 load16(const uint8_t* row, int64_t d, __mmask16 m) {
     if constexpr (T == Type::F32) {
-        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + d);
+        const auto* p = reinterpret_cast<const float*>(row) + d;
+        return Full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
     } else if constexpr (T == Type::F16) {
-        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + d));
+        const auto* p = reinterpret_cast<const uint16_t*>(row) + d;
+        return _mm512_cvtph_ps(Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : _mm256_maskz_loadu_epi16(m, p));
     } else if constexpr (T == Type::BF16) {
-        const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + d);
+        const auto* p = reinterpret_cast<const uint16_t*>(row) + d;
+        const __m256i h = Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : _mm256_maskz_loadu_epi16(m, p);
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     } else {  // Q8_0: rows are whole blocks, so d is a multiple of 16 and m is full (or empty past the row)
-        if (m == 0) return _mm512_setzero_ps();
+        if (!Full && m == 0) return _mm512_setzero_ps();
         const auto* b = reinterpret_cast<const block_q8_0*>(row) + d / QK8_0;
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + d % QK8_0));
         return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(fp16_to_fp32(b->d)));
     }
 }
 
-
-// load16 with every lane inside the row.
-template <Type T>
-inline __m512 load16_full(const uint8_t* row, int64_t d) {
-    if constexpr (T == Type::F32) {
-        return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d);
-    } else if constexpr (T == Type::F16) {
-        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + d)));
-    } else if constexpr (T == Type::BF16) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + d));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    } else {
-        return load16<T>(row, d, static_cast<__mmask16>(0xffff));
-    }
-}
 
 // ---- gemm: tiles of up to 8 rows x 32 columns (16 accumulators) -----------------------------------
 
@@ -149,14 +139,14 @@ void gemm_tile(int64_t K, const float* A, int64_t lda_rt, const uint8_t* B, size
         KILN_UNROLL
         for (int c = 0; c < CB; ++c) acc[r][c] = _mm512_setzero_ps();
     // Tiles whose columns all lie inside B's rows (all but a short last key block's) load
-    // without masks: on Intel a masked load takes a vector uop on the ports the FMAs use.
+    // without masks (load16's Full).
     auto steps = [&]<bool kFull>() {
         for (int64_t k = 0; k < K; ++k) {
             prefetch.step();
             const uint8_t* row = B + static_cast<size_t>(k) * b_stride;
             __m512 b[CB];
             KILN_UNROLL
-            for (int c = 0; c < CB; ++c) b[c] = kFull ? load16_full<T>(row, j0 + 16 * c) : load16<T>(row, j0 + 16 * c, m[c]);
+            for (int c = 0; c < CB; ++c) b[c] = load16<T, kFull>(row, j0 + 16 * c, m[c]);
             KILN_UNROLL
             for (int r = 0; r < RB; ++r)
                 KILN_UNROLL
