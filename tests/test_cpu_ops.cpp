@@ -837,7 +837,8 @@ std::vector<float> bf16_round(std::vector<float> v, float scale = 1.0f) {
 // Runs one case through a graph on nth threads and checks it against the double-precision reference;
 // k_panels: K stored in panels rather than rows. prec: the backend's precision; in Fast mode on an
 // instruction set with BF16 attention products, rows may instead match the reference computed from
-// Q (scaled), K and V rounded to BF16 (only P's rounding, 2^-9 relative per weight, is left then).
+// Q (scaled), K and V rounded to BF16 (only P's rounding, 2^-9 relative per weight, is left then);
+// with FP16 products (an F16 cache in panels) they are within fp16's rounding of the reference.
 void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& rng, bool k_panels = false,
                      MatmulPrecision prec = MatmulPrecision::Precise) {
     SCOPED_TRACE(attn_label(c) + (q_permuted ? " q permuted" : "") + (k_panels ? " k panels" : "") +
@@ -870,7 +871,12 @@ void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& 
     // Float dot products over hd and an online softmax in float: outputs are averages of
     // values ~N(0,1), accurate to a few 1e-7; 2e-5 leaves room for exp() of scores ~ +-10.
     const auto want = ref_attention(c, qv, kd, vd, mask, scale);
-    if (prec == MatmulPrecision::Fast && kiln::cpu::attn_kernels(kiln::cpu::selected_isa()).gemm_bf16) {
+    const auto& kern = kiln::cpu::attn_kernels(kiln::cpu::selected_isa());
+    if (prec == MatmulPrecision::Fast && kern.gemm_f16 && k_panels && c.kv_type == Type::F16) {
+        // FP16 products (K and V as stored, Q and P rounded to fp16, fp16 sums of 32 products):
+        // outputs within ~1e-3 of values ~N(0,1) (worst seen 1.2e-3).
+        EXPECT_TRUE(close(read(out), want, 4e-3, 4e-3));
+    } else if (prec == MatmulPrecision::Fast && kern.gemm_bf16) {
         // P rounded to BF16 (2^-9) against a sum of unrounded weights: outputs within ~2^-8 of
         // the mean |v| they weigh, a few 1e-3 for values ~N(0,1).
         const auto want_b = ref_attention(c, bf16_round(qv, scale), bf16_round(kd), bf16_round(vd), mask, 1.0);
@@ -1009,199 +1015,6 @@ TEST_P(CpuOps, StoreThenAttend) {
         const auto want = ref_attention(c, qv, dequant_rows(kv, kf, row), dequant_rows(kv, vf, row), mask, 0.2);
         EXPECT_TRUE(close(read(out), want, 2e-5, 1e-5));
     }
-}
-
-// The softmax helpers of every table against libm: exp to a few ulp over the range scores take
-// (exactly 0 for -inf and far below), tanh-based softcap to float rounding.
-TEST(AttentionKernels, ExpAndSoftcapMatchLibm) {
-    std::vector<float> x;
-    for (int i = 0; i <= 4000; ++i) x.push_back(-100.0f + 0.025f * static_cast<float>(i));  // -100 .. 0
-    x.push_back(-std::numeric_limits<float>::infinity());
-    x.push_back(-1e-30f);
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
-        if (!kiln::cpu::isa_supported(isa)) continue;
-        SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
-        const auto& k = kiln::cpu::attn_kernels(isa);
-        std::vector<float> e = x;
-        const float sum = k.exp_row(e.data(), static_cast<int64_t>(e.size()), 0.5f);
-        double want_sum = 0;
-        for (size_t i = 0; i < x.size(); ++i) {
-            const double want = std::exp(static_cast<double>(x[i] - 0.5f));  // the kernels subtract in float
-            want_sum += want;
-            if (want < 1.2e-38) {
-                EXPECT_LE(e[i], 1.2e-38f) << "x=" << x[i];  // below the normal floats: 0 (or libm's subnormal)
-            } else {
-                EXPECT_NEAR(e[i], want, want * 4e-7) << "x=" << x[i];
-            }
-        }
-        EXPECT_NEAR(sum, want_sum, want_sum * 1e-6);
-
-        std::vector<float> s(103), mask(103, 0.0f);
-        for (size_t i = 0; i < s.size(); ++i) s[i] = -60.0f + 1.2f * static_cast<float>(i);  // -60 .. 62
-        mask[7] = -std::numeric_limits<float>::infinity();
-        std::vector<float> got = s;
-        const float mx = k.score_row(got.data(), mask.data(), static_cast<int64_t>(s.size()), 20.0f);
-        float want_max = -std::numeric_limits<float>::infinity();
-        for (size_t i = 0; i < s.size(); ++i) {
-            const double want = 20.0 * std::tanh(static_cast<double>(s[i]) / 20.0) + mask[i];
-            if (i == 7) {
-                EXPECT_EQ(got[i], mask[i]);
-            } else {
-                EXPECT_NEAR(got[i], want, 4e-6) << "s=" << s[i];
-                want_max = std::max(want_max, static_cast<float>(want));
-            }
-        }
-        EXPECT_NEAR(mx, want_max, 4e-6);
-    }
-}
-
-// mask_span and mask_visible of every table against the reference, on random masks with every span
-// length and offset around the vector width (tails, no visible key, all visible, one at either end).
-TEST(AttentionKernels, MaskSpanMatchesReference) {
-    std::mt19937 rng(11);
-    const float inf = std::numeric_limits<float>::infinity();
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
-        if (!kiln::cpu::isa_supported(isa)) continue;
-        SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
-        const auto& k = kiln::cpu::attn_kernels(isa);
-        for (int density : {0, 1, 10, 50, 100}) {  // % of keys visible
-            std::vector<float> m(100);
-            for (auto& x : m) x = static_cast<int>(rng() % 100) < density ? (rng() % 2 ? 0.0f : -3.5f) : -inf;
-            for (int64_t lo = 0; lo <= 40; lo += 3) {
-                for (int64_t hi = lo; hi <= 100; hi += 7) {
-                    int64_t first = hi, last = hi, count = 0;
-                    for (int64_t c = lo; c < hi; ++c) {
-                        if (m[c] == -inf) continue;
-                        if (count++ == 0) first = c;
-                        last = c + 1;
-                    }
-                    const kiln::cpu::MaskSpan got = k.mask_span(m.data(), lo, hi);
-                    EXPECT_EQ(got.first, first) << "lo=" << lo << " hi=" << hi << " density=" << density;
-                    EXPECT_EQ(got.last, last) << "lo=" << lo << " hi=" << hi << " density=" << density;
-                    EXPECT_EQ(got.count, count) << "lo=" << lo << " hi=" << hi << " density=" << density;
-                    // mask_visible: the same keys as a list, in order (room for a vector past the span)
-                    std::vector<int32_t> want_idx, idx(static_cast<size_t>(hi - lo + kiln::cpu::kAttnLanes), -1);
-                    for (int64_t c = lo; c < hi; ++c) {
-                        if (m[c] != -inf) want_idx.push_back(static_cast<int32_t>(c));
-                    }
-                    const int64_t n = k.mask_visible(m.data(), lo, hi, idx.data());
-                    ASSERT_EQ(n, static_cast<int64_t>(want_idx.size())) << "lo=" << lo << " hi=" << hi;
-                    EXPECT_TRUE(std::equal(want_idx.begin(), want_idx.end(), idx.begin())) << "lo=" << lo << " hi=" << hi;
-                }
-            }
-        }
-    }
-}
-
-// The BF16 product kernels against the reference: bf16_pairs bit-exact with rounding each element
-// (as the type's loader reads it) to nearest even, from every native type, odd row and column
-// counts; gemm_bf16 against double sums of the same rounded values, with and without beta, odd
-// tile edges (rows and pair counts), columns of 1 to 5 vectors and strided operands.
-TEST(AttentionKernels, Bf16ProductsMatchReference) {
-    std::mt19937 rng(13);
-    bool ran = false;
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
-        if (!kiln::cpu::isa_supported(isa)) continue;
-        const auto& k = kiln::cpu::attn_kernels(isa);
-        ASSERT_EQ(k.gemm_bf16 == nullptr, k.bf16_pairs == nullptr);
-        ASSERT_EQ(k.gemm_bf16 == nullptr, k.exp_row_bf16 == nullptr);
-        if (!k.gemm_bf16) continue;
-        ran = true;
-        SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
-        // exp_row_bf16: within BF16 rounding (2^-9) and the coarse exp of exp(s - m), exactly 0 for
-        // masked keys and far below, the odd count's partner 0, s untouched, the sum of the values.
-        for (int64_t n : {1, 15, 16, 17, 33, 128}) {
-            std::vector<float> sv(static_cast<size_t>(n));
-            for (int64_t j = 0; j < n; ++j) sv[j] = -30.0f + 33.0f * static_cast<float>(j) / static_cast<float>(n) - 0.37f;
-            if (n > 3) sv[2] = -std::numeric_limits<float>::infinity();
-            if (n > 5) sv[4] = -95.0f;
-            const std::vector<float> s0 = sv;
-            std::vector<uint16_t> pb(static_cast<size_t>(n + 2), 0xffff);
-            const float sum = k.exp_row_bf16(sv.data(), n, 2.5f, pb.data());
-            EXPECT_EQ(sv, s0);
-            double want_sum = 0;
-            for (int64_t j = 0; j < n; ++j) {
-                const double want = std::exp(static_cast<double>(sv[j] - 2.5f));
-                want_sum += want;
-                const float got = kiln::bf16_to_fp32(pb[j]);
-                if (want < 1.2e-38) {
-                    EXPECT_EQ(got, 0.0f) << "n=" << n << " j=" << j;
-                } else {
-                    EXPECT_NEAR(got, want, want * (1.0 / 256)) << "n=" << n << " j=" << j;
-                }
-            }
-            if (n % 2) {
-                EXPECT_EQ(pb[n], 0) << "n=" << n;
-            }
-            EXPECT_NEAR(sum, want_sum, want_sum * 1e-4) << "n=" << n;
-        }
-        for (Type t : {Type::F32, Type::F16, Type::BF16, Type::Q8_0}) {
-            for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7}, {2, 16}, {7, 33}, {64, 64}, {13, 96}}) {
-                if (t == Type::Q8_0 && cols % 32) continue;
-                SCOPED_TRACE(std::string(kiln::type_name(t)) + " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols));
-                const auto v = randn(rng, rows * cols);
-                const auto raw = quantize_rows(t, v, cols);
-                const auto vals = dequantize_rows(t, raw, cols);  // what the loaders read
-                const size_t stride = kiln::row_size(t, cols) + 64;  // rows apart by more than their size
-                std::vector<uint8_t> src(stride * static_cast<size_t>(rows));
-                for (int64_t i = 0; i < rows; ++i) {
-                    std::memcpy(src.data() + i * stride, raw.data() + i * kiln::row_size(t, cols), kiln::row_size(t, cols));
-                }
-                const int64_t cp = kiln::cpu::attn_pad(cols), ld = cp + 16;
-                std::vector<uint32_t> got(static_cast<size_t>((rows + 1) / 2 * ld), 0xdeadbeefu);
-                k.bf16_pairs(t, src.data(), stride, rows, cols, got.data(), ld);
-                for (int64_t i = 0; i < rows; i += 2)
-                    for (int64_t c = 0; c < cp; ++c) {
-                        auto half = [&](int64_t r) -> uint32_t {
-                            return r < rows && c < cols ? kiln::fp32_to_bf16(vals[r * cols + c]) : 0u;
-                        };
-                        ASSERT_EQ(got[(i / 2) * ld + c], half(i) | half(i + 1) << 16) << "row " << i << " col " << c;
-                    }
-            }
-        }
-        for (int64_t M : {1, 5, 8, 13}) {
-            for (int64_t N : {16, 32, 48, 80}) {
-                for (int64_t Kp : {1, 7, 32, 33}) {
-                    for (bool with_beta : {false, true}) {
-                        SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N) + " Kp=" + std::to_string(Kp));
-                        const int64_t lda = Kp + 3, ldb = N + 16, ldc = N + 5;
-                        std::vector<uint32_t> A(static_cast<size_t>(M * lda)), B(static_cast<size_t>(Kp * ldb));
-                        auto random_pair = [&] {
-                            const auto v = randn(rng, 2);
-                            return kiln::fp32_to_bf16(v[0]) | uint32_t{kiln::fp32_to_bf16(v[1])} << 16;
-                        };
-                        for (auto& x : A) x = random_pair();
-                        for (auto& x : B) x = random_pair();
-                        const auto c0 = randn(rng, M * ldc);
-                        std::vector<float> beta(static_cast<size_t>(M));
-                        for (int64_t r = 0; r < M; ++r) beta[r] = 0.25f * static_cast<float>(r % 4);
-                        std::vector<float> C = c0;
-                        const float* bt = with_beta ? beta.data() : nullptr;
-                        k.gemm_bf16(M, N, Kp, A.data(), lda, B.data(), ldb, C.data(), ldc, bt);
-                        auto half = [](uint32_t w) { return static_cast<double>(kiln::bf16_to_fp32(static_cast<uint16_t>(w))); };
-                        auto lo = [&](uint32_t w) { return half(w); };
-                        auto hi = [&](uint32_t w) { return half(w >> 16); };
-                        for (int64_t r = 0; r < M; ++r) {
-                            for (int64_t j = 0; j < ldc; ++j) {
-                                if (j >= N) {  // past N: untouched
-                                    ASSERT_EQ(C[r * ldc + j], c0[r * ldc + j]);
-                                    continue;
-                                }
-                                double want = with_beta ? static_cast<double>(c0[r * ldc + j]) * beta[r] : 0.0, mag = std::fabs(want);
-                                for (int64_t q = 0; q < Kp; ++q) {
-                                    const uint32_t a = A[r * lda + q], b = B[q * ldb + j];
-                                    want += lo(a) * lo(b) + hi(a) * hi(b);
-                                    mag += std::fabs(lo(a) * lo(b)) + std::fabs(hi(a) * hi(b));
-                                }
-                                ASSERT_NEAR(C[r * ldc + j], want, 1e-6 * mag + 1e-30) << "r=" << r << " j=" << j;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    if (!ran) GTEST_SKIP() << "no instruction set here has BF16 attention products";
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CpuOps, ::testing::ValuesIn(kThreads),

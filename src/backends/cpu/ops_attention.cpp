@@ -1,12 +1,14 @@
 // Attention over the KV cache (tiling, masks and threading here; the arithmetic is in
 // kernels/attn_*.cpp), and writing new K/V rows into it.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
 #include "backends/cpu/kernels/attn_kernels.h"
+#include "backends/cpu/kernels/gemm_float.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/ops.h"
 #include "core/kv_layout.h"
@@ -67,6 +69,8 @@ void op_store_rows(const Tensor& t, ComputeContext& ctx) {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// How a dense key block's two products run (attend_item picks one per item).
+enum class Products : uint8_t { F32, Bf16, F16 };
 // A query block gathers each token's keys when fewer than 1 / kGatherRatio of the keys in its span are
 // visible: gathering costs a copy of every visible K and V row per token, the dense blocks the scores
 // of every key in the span for every token (causal prompts see about half of it, and stay dense).
@@ -106,7 +110,8 @@ struct AttnPlan {
     size_t q_off = 0, kt_off = 0, v_off = 0, s_off = 0, o_off = 0, stat_off = 0, stage_off = 0, range_off = 0;
     size_t gather_off = 0;  // gathered keys: mask values [bk], raw rows [bk, max(hd, hdv)] (floats or cache rows)
     // BF16 products (fast precision): Q [M, hp], K^T [hp, bk], P [M, bk / 2] and V [bk / 2, ldv] in pairs
-    size_t qb_off = 0, kb_off = 0, pb_off = 0, vb_off = 0;
+    // FP16 products: Q [M, hd] and P [M, bk] in fp16 in the regions of QB and PB, Q's inverse row scales [M]
+    size_t qb_off = 0, kb_off = 0, pb_off = 0, vb_off = 0, qinv_off = 0;
     int64_t hp = 0;  // pairs per Q / K row: (hd + 1) / 2
     size_t vis_off = 0;  // a token's visible cells (gathered path): int32 [n_kv + kAttnLanes]
     size_t per_thread = 0;
@@ -180,6 +185,7 @@ AttnPlan make_plan(const Tensor& t, int nth) {
     take(p.kb_off, p.hp * p.bk);
     take(p.pb_off, M * p.bk / 2);
     take(p.vb_off, p.bk / 2 * p.ldv);
+    take(p.qinv_off, M);
     take(p.vis_off, p.n_kv + kAttnLanes);
     take(p.krows_off, p.k_rows ? p.kr_cells * p.kr_ld : 0);
     take(p.krows_done_off, p.k_rows ? (p.kr_cells / kKPanelCells + 3) / 4 : 0);
@@ -244,6 +250,23 @@ void rows_to_bf16(FromFloatFn conv, const float* x, int64_t ldx, int64_t rows, i
     }
 }
 
+// Rows of n floats scaled by powers of two to a largest |x| in [1, 2) and rounded to fp16 (the FP16
+// products' A operand): dst [rows, n], inv[r] = the scale undone. tmp: n floats.
+void rows_to_f16_scaled(FromFloatFn conv, const float* x, int64_t ldx, int64_t rows, int64_t n, float* tmp,
+                        uint16_t* dst, float* inv) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x + r * ldx;
+        // the largest |x| as the largest magnitude's bits (an integer max vectorizes; a NaN's bits
+        // exceed every finite value's, and half_row_scale gives 1 for it)
+        uint32_t amax = 0;
+        for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::bit_cast<uint32_t>(row[i]) & 0x7fffffffu);
+        const float s = float_gemm::half_row_scale(std::bit_cast<float>(amax));
+        for (int64_t i = 0; i < n; ++i) tmp[i] = row[i] * s;
+        conv(tmp, dst + r * n, n);
+        inv[r] = 1.0f / s;
+    }
+}
+
 // K^T of the keys c0 .. c0 + nk of KV head hk in BF16 pairs, KB [hp, bk] (columns nk .. attn_pad(nk)
 // zeros, or for K panels the cells past the block, whose scores are never used).
 void k_block_bf16(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, int64_t c0, int64_t nk, int64_t hk,
@@ -269,9 +292,10 @@ void k_block_bf16(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, i
 // One row of a block's scores through the online softmax: s = softcap(s) + mask, then exp(s - running
 // max); mx and sum are the row's running max and sum, corr the factor its output must be scaled by
 // before this block's P V is added. False (P = 0, corr = 1) when the row sees no key of the block.
-// pb: P goes there in BF16 (nk rounded up to even: BF16 pairs) instead of over s.
+// pb: P goes there in BF16 or fp16 (exp_half: exp_row_bf16 or exp_row_f16; nk rounded up to even:
+// BF16 pairs) instead of over s.
 bool softmax_block_row(const AttnKernels& kern, float* s, const float* mask, int64_t nk, float softcap, float& mx,
-                       float& sum, float& corr, uint16_t* pb) {
+                       float& sum, float& corr, uint16_t* pb, AttnExpRowF16Fn exp_half) {
     const float bmax = kern.score_row(s, mask, nk, softcap);
     if (bmax == kNegInf) {
         if (pb) std::fill(pb, pb + (nk + 1) / 2 * 2, uint16_t{0});
@@ -282,7 +306,7 @@ bool softmax_block_row(const AttnKernels& kern, float* s, const float* mask, int
     const float m_new = std::max(mx, bmax);
     corr = std::exp(mx - m_new);  // 0 on the row's first visible block
     mx = m_new;
-    sum = sum * corr + (pb ? kern.exp_row_bf16(s, nk, m_new, pb) : kern.exp_row(s, nk, m_new));
+    sum = sum * corr + (pb ? exp_half(s, nk, m_new, pb) : kern.exp_row(s, nk, m_new));
     return true;
 }
 
@@ -354,7 +378,7 @@ void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern
                   nullptr);
         bool any_row = false;
         for (int64_t r = 0; r < M; ++r) {
-            any_row |= softmax_block_row(kern, S + r * bk, gmask, nk, t.fparams[1], mx[r], sum[r], corr[r], nullptr);
+            any_row |= softmax_block_row(kern, S + r * bk, gmask, nk, t.fparams[1], mx[r], sum[r], corr[r], nullptr, nullptr);
         }
         if (!any_row) continue;
         for (int64_t i = 0; i < nk; ++i) {
@@ -433,25 +457,35 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             for (int64_t d = 0; d < hd; ++d) dst[d] = src[d] * scale;
         }
     }
-    // BF16 products: Q rounded once per item; K, P (exp_row_bf16) and V per block (the gathered
-    // path stays F32).
-    const bool bf16 = fast && kern.gemm_bf16 && kern.exp_row_bf16 && M > 8;
-    const FromFloatFn to_bf16 = bf16 ? native_from_float(Type::BF16) : nullptr;
+    // Query blocks of more than 8 rows in fast precision: FP16 products over an F16 cache with K
+    // panels where the CPU has them (Q rounded once per item, scaled; P per block; K and V read as
+    // stored), else BF16 products where it has those (Q rounded once per item; K, P and V per
+    // block). The gathered path stays F32.
+    const bool half_rows = fast && M > 8;
+    const Products prod = half_rows && kern.gemm_f16 && kern.exp_row_f16 && p.k_panels && k.type == Type::F16 &&
+                                  v.type == Type::F16
+                              ? Products::F16
+                          : half_rows && kern.gemm_bf16 && kern.exp_row_bf16 ? Products::Bf16
+                                                                             : Products::F32;
+    const AttnExpRowF16Fn exp_half = prod == Products::F16 ? kern.exp_row_f16 : kern.exp_row_bf16;
     const int64_t hp = p.hp;
     auto* QB = reinterpret_cast<uint32_t*>(w + p.qb_off);  // [M, hp]
     auto* KB = reinterpret_cast<uint32_t*>(w + p.kb_off);  // [hp, bk]
     auto* PB = reinterpret_cast<uint32_t*>(w + p.pb_off);  // [M, bk / 2]
     auto* VB = reinterpret_cast<uint32_t*>(w + p.vb_off);  // [bk / 2, ldv]
-    if (to_bf16) rows_to_bf16(to_bf16, Q, hd, M, hd, QB, hp);
+    auto* QH = reinterpret_cast<uint16_t*>(QB);             // [M, hd] fp16, row r scaled by 1 / qinv[r]
+    float* qinv = w + p.qinv_off;                           // [M]
+    if (prod == Products::Bf16) rows_to_bf16(native_from_float(Type::BF16), Q, hd, M, hd, QB, hp);
+    if (prod == Products::F16) rows_to_f16_scaled(native_from_float(Type::F16), Q, hd, M, hd, KT, QH, qinv);
     std::fill(O, O + M * ldv, 0.0f);
     std::fill(mx, mx + M, kNegInf);
     std::fill(sum, sum + M, 0.0f);
 
     // Dense key blocks over [lo, last) for the tokens tt_min .. tt_max (each where its range sees the
-    // block). bf16_blocks: BF16 products; clip: one token's run of keys, whose blocks' other cells
+    // block). prod: how the products run; clip: one token's run of keys, whose blocks' other cells
     // are hidden here (its scattered keys are gathered).
     float* clipped = w + p.gather_off;  // [bk] (attend_gathered's mask values, not in use meanwhile)
-    auto dense_blocks = [&](int64_t lo, int64_t last, int64_t tt_min, int64_t tt_max, bool bf16_blocks, bool clip) {
+    auto dense_blocks = [&](int64_t lo, int64_t last, int64_t tt_min, int64_t tt_max, Products blocks, bool clip) {
         // Key blocks of K panels start on a panel (the mask hides the cells before `lo`).
         const int64_t first = p.k_panels && lo < last ? lo / kKPanelCells * kKPanelCells : lo;
         for (int64_t c0 = first; c0 < last; c0 += bk) {
@@ -472,7 +506,7 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             // as stored (generation) spread the requests over their loops (AttnPrefetch); the others
             // take them in two bursts, K before Q K^T and V after it.
             const int64_t n_next = c1 < last ? std::min(bk, last - c1) : 0;
-            if (bf16_blocks) {
+            if (blocks != Products::F32) {
                 if (n_next > 0 && p.k_panels) {
                     for (int64_t j = 0; j < n_next; j += kKPanelCells) {
                         prefetch_rows(p.kp.tile(k.data, c1 + j, hk), 0, 1, p.kp.tile_bytes());
@@ -480,22 +514,30 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
                 } else if (n_next > 0) {
                     prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
                 }
-                k_block_bf16(k, p, kern, c0, nk, hk, KT, stage, KB);
-                kern.gemm_bf16(Mb, attn_pad(nk), hp, QB + r0 * hp, hp, KB, bk, S + r0 * bk, bk, nullptr);
+                if (blocks == Products::F16) {  // K panels, F16: each tile's rows are B's rows as stored
+                    for (int64_t j = 0; j < attn_pad(nk); j += kKPanelCells) {
+                        kern.gemm_f16(Mb, std::min(kKPanelCells, attn_pad(nk) - j), hd, QH + r0 * hd, hd,
+                                      p.kp.tile(k.data, c0 + j, hk), p.kp.tile_row_bytes(), kKPanelCells, S + r0 * bk + j,
+                                      bk, nullptr, qinv + r0);
+                    }
+                } else {
+                    k_block_bf16(k, p, kern, c0, nk, hk, KT, stage, KB);
+                    kern.gemm_bf16(Mb, attn_pad(nk), hp, QB + r0 * hp, hp, KB, bk, S + r0 * bk, bk, nullptr);
+                }
             } else if (p.k_panels) {
                 attend_k_panels(k, p, kern, c0, nk, hk, n_next, Q + r0 * hd, Mb, KT, S + r0 * bk);
             } else {
                 if (n_next > 0) prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
                 attend_k_rows(k, p, kern, c0, nk, hk, Q + r0 * hd, Mb, KT, stage, S + r0 * bk);
             }
-            const bool v_direct = !bf16_blocks && !p.staged && (v.type == Type::F32 || Mb <= 8);
+            const bool v_direct = blocks == Products::F32 && !p.staged && (v.type == Type::F32 || Mb <= 8);
             if (n_next > 0 && !v_direct) prefetch_rows(v.row(hk, c1), v.nb[2], n_next, row_size(v.type, hdv));
 
             bool any_row = false;
             for (int64_t r = r0; r < r0 + Mb; ++r) {
                 const int64_t tt = r / n_rep;
                 float* s = S + r * bk;
-                auto* pb = bf16_blocks ? reinterpret_cast<uint16_t*>(PB + r * (bk / 2)) : nullptr;
+                auto* pb = blocks != Products::F32 ? reinterpret_cast<uint16_t*>(PB + r * (bk / 2)) : nullptr;
                 if (range[2 * tt] < c1 && range[2 * tt + 1] > c0) {
                     const float* m = reinterpret_cast<const float*>(mask.row(t0 + tt)) + c0;
                     if (clip) {  // one token's run: the block's other cells are hidden (gathered instead)
@@ -504,7 +546,7 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
                         }
                         m = clipped;
                     }
-                    any_row |= softmax_block_row(kern, s, m, nk, softcap, mx[r], sum[r], corr[r], pb);
+                    any_row |= softmax_block_row(kern, s, m, nk, softcap, mx[r], sum[r], corr[r], pb, exp_half);
                 } else {
                     if (pb) std::fill(pb, pb + (nk + 1) / 2 * 2, uint16_t{0});
                     else std::fill(s, s + nk, 0.0f);
@@ -517,7 +559,12 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             // converts each element once; many rows would convert it once per row group, so a float
             // tile is made first.
             const uint8_t* vrows = v.row(hk, c0);
-            if (bf16_blocks) {
+            if (blocks == Products::F16) {  // F16 V rows read as stored
+                kern.gemm_f16(Mb, ldv, nk, reinterpret_cast<const uint16_t*>(PB + r0 * (bk / 2)), bk, vrows, v.nb[2], hdv,
+                              O + r0 * ldv, ldv, corr + r0, nullptr);
+                continue;
+            }
+            if (blocks == Products::Bf16) {
                 if (p.staged) {
                     for (int64_t i = 0; i < nk; ++i) dequantize_row(v.type, vrows + i * v.nb[2], stage + i * hdv, hdv);
                     kern.bf16_pairs(Type::F32, reinterpret_cast<const uint8_t*>(stage), hdv * sizeof(float), nk, hdv, VB,
@@ -549,7 +596,7 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
     // token's span (the future of a causal mask, the past of a sliding window) are never read.
     const ItemKeys keys = item_keys(mask, p, kern, qb, split, range);
     if (!keys.gather) {
-        dense_blocks(keys.first, keys.last, 0, nt - 1, to_bf16 != nullptr, false);
+        dense_blocks(keys.first, keys.last, 0, nt - 1, prod, false);
     } else {
         // Each token on its own: runs of at least kDenseRun consecutive visible cells (a sequence's
         // prompt) in dense blocks, as generation reads them, the scattered rest gathered.
@@ -564,7 +611,7 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
                 int64_t j = i + 1;
                 while (j < n_vis && vis[j] == vis[j - 1] + 1) ++j;
                 if (j - i >= kDenseRun) {
-                    dense_blocks(vis[i], vis[j - 1] + 1, tt, tt, to_bf16 && n_rep > 8, true);
+                    dense_blocks(vis[i], vis[j - 1] + 1, tt, tt, n_rep > 8 ? prod : Products::F32, true);
                 } else {
                     for (int64_t c = i; c < j; ++c) vis[scattered++] = vis[c];
                 }

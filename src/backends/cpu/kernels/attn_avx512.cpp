@@ -469,6 +469,160 @@ float exp_row_bf16(const float* s, int64_t n, float m, uint16_t* p) {
     return _mm512_reduce_add_ps(sum);
 }
 
+// ---- FP16 products (AVX512-FP16): tiles of up to 8 rows x 64 columns ----------------------------
+
+// exp_row for the FP16 path (vcvtps2ph needs only AVX-512F): the coarse exp's 3e-5 lies well
+// below fp16's rounding (2^-11).
+float exp_row_f16(const float* s, int64_t n, float m, uint16_t* p) {
+    __m512 sum = _mm512_setzero_ps();
+    const __m512 vm = _mm512_set1_ps(m);
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 k = tail_mask(n - j);
+        const __m512 e = _mm512_maskz_mov_ps(k, exp16_coarse(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm)));
+        sum = _mm512_add_ps(sum, e);
+        _mm256_mask_storeu_epi16(p + j, k, _mm512_cvtps_ph(e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+#if KILN_HAVE_FP16_TARGET
+#define KILN_FP16 __attribute__((target("avx512fp16")))
+
+// Lanes 0 .. rem - 1 of 32 (rem may be <= 0 or >= 32).
+inline __mmask32 tail_mask32(int64_t rem) {
+    if (rem <= 0) return 0;
+    return rem >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << rem) - 1u);
+}
+
+// acc + b * (*a in every lane), the fp16 element broadcast as the FMA's memory operand ({1to32}):
+// a separate vpbroadcastw from memory would cost Intel a shuffle uop besides the load.
+KILN_FP16 inline __m512h fmadd_ph_bcast(const uint16_t* a, __m512h b, __m512h acc) {
+    asm("vfmadd231ph %[a]%{1to32%}, %[b], %[acc]" : [acc] "+v"(acc) : [b] "v"(b), [a] "m"(*a));
+    return acc;
+}
+
+// Columns j .. j + 32 of an fp16 row; zeros where m is clear unless kFull (no mask: every lane
+// inside the row).
+template <bool kFull>
+KILN_FP16 inline __m512h load32h(const uint8_t* row, int64_t j, __mmask32 m) {
+    const auto* p = reinterpret_cast<const uint16_t*>(row) + j;
+    return _mm512_castsi512_ph(kFull ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(m, p));
+}
+
+// One run's float sums (16 columns) into C: the first run of the tile adds them to C * beta (or
+// 0), later runs to C.
+inline void add_run(float* out, __m512 sums, __m512 scale, bool first, const float* beta) {
+    const __m512 prev = !first ? _mm512_loadu_ps(out)
+                        : beta ? _mm512_mul_ps(_mm512_loadu_ps(out), _mm512_set1_ps(*beta))
+                               : _mm512_setzero_ps();
+    _mm512_storeu_ps(out, _mm512_fmadd_ps(sums, scale, prev));
+}
+
+// The run k0 .. k1 of a tile summed in float from the same fp16 operands (its fp16 sums overflowed:
+// large values, rare) and added to C as add_run does.
+template <int RB, int CB>
+[[gnu::noinline, gnu::cold]] void run_in_float(int64_t k0, int64_t k1, const uint16_t* A, int64_t lda, const uint8_t* B,
+                                               size_t b_stride, int64_t j0, const __mmask32* m, int64_t n_cols, float* C,
+                                               int64_t ldc, const float* beta, const float* a_scale) {
+    for (int r = 0; r < RB; ++r) {
+        for (int64_t h = 0; h < 2 * CB && 16 * h < n_cols; ++h) {
+            const auto lanes = static_cast<__mmask16>(m[h / 2] >> (16 * (h % 2)));
+            __m512 sum = _mm512_setzero_ps();
+            for (int64_t k = k0; k < k1; ++k) {
+                const auto* row = reinterpret_cast<const uint16_t*>(B + static_cast<size_t>(k) * b_stride) + j0 + 16 * h;
+                const __m512 b = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes, row));
+                sum = _mm512_fmadd_ps(_mm512_set1_ps(fp16_to_fp32(A[r * lda + k])), b, sum);
+            }
+            add_run(C + r * ldc + j0 + 16 * h, sum, _mm512_set1_ps(a_scale ? a_scale[r] : 1.0f), k0 == 0,
+                    beta ? beta + r : nullptr);
+        }
+    }
+}
+
+// RB rows x CB * 32 columns from j0, of which n_cols (16 .. 32 CB) are written. Each run of
+// kAttnF16Run steps sums in fp16 registers (16 of them for 8 x 64), then goes to C in float.
+// LDA: A's row stride when it is a constant (0: lda_rt), as in gemm_tile: Q's (hd) and P's (bk).
+template <int RB, int CB, bool kFull, int64_t LDA>
+KILN_FP16 void gemm_f16_tile(int64_t K, const uint16_t* A, int64_t lda_rt, const uint8_t* B, size_t b_stride, int64_t j0,
+                             int64_t b_cols, int64_t n_cols, float* C, int64_t ldc, const float* beta, const float* a_scale) {
+    const int64_t lda = LDA ? LDA : lda_rt;
+    __mmask32 m[CB];
+    KILN_UNROLL
+    for (int c = 0; c < CB; ++c) m[c] = kFull ? ~__mmask32{0} : tail_mask32(b_cols - j0 - 32 * c);
+    for (int64_t k0 = 0; k0 < K; k0 += kAttnF16Run) {
+        const int64_t k1 = std::min(K, k0 + kAttnF16Run);
+        __m512h acc[RB][CB];
+        KILN_UNROLL
+        for (int r = 0; r < RB; ++r)
+            KILN_UNROLL
+            for (int c = 0; c < CB; ++c) acc[r][c] = _mm512_setzero_ph();
+        for (int64_t k = k0; k < k1; ++k) {
+            const uint8_t* row = B + static_cast<size_t>(k) * b_stride;
+            __m512h b[CB];
+            KILN_UNROLL
+            for (int c = 0; c < CB; ++c) b[c] = load32h<kFull>(row, j0 + 32 * c, m[c]);
+            KILN_UNROLL
+            for (int r = 0; r < RB; ++r)
+                KILN_UNROLL
+                for (int c = 0; c < CB; ++c) acc[r][c] = fmadd_ph_bcast(A + r * lda + k, b[c], acc[r][c]);
+        }
+        // An infinity or NaN in a run (sums past 65504; the F32 path would have stayed finite)
+        // sends the run to float.
+        __mmask32 bad = 0;
+        KILN_UNROLL
+        for (int r = 0; r < RB; ++r)
+            KILN_UNROLL
+            for (int c = 0; c < CB; ++c) bad |= _mm512_fpclass_ph_mask(acc[r][c], 0x99);  // NaN or +-inf
+        if (bad) {
+            run_in_float<RB, CB>(k0, k1, A, lda, B, b_stride, j0, m, n_cols, C, ldc, beta, a_scale);
+            continue;
+        }
+        KILN_UNROLL
+        for (int r = 0; r < RB; ++r) {
+            const __m512 scale = _mm512_set1_ps(a_scale ? a_scale[r] : 1.0f);
+            KILN_UNROLL
+            for (int c = 0; c < CB; ++c) {
+                const __m512i h = _mm512_castph_si512(acc[r][c]);
+                float* out = C + r * ldc + j0 + 32 * c;
+                add_run(out, _mm512_cvtph_ps(_mm512_castsi512_si256(h)), scale, k0 == 0, beta ? beta + r : nullptr);
+                if (32 * c + 16 < n_cols) {
+                    add_run(out + 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), scale, k0 == 0,
+                            beta ? beta + r : nullptr);
+                }
+            }
+        }
+    }
+}
+
+using F16TileFn = void (*)(int64_t, const uint16_t*, int64_t, const uint8_t*, size_t, int64_t, int64_t, int64_t, float*,
+                           int64_t, const float*, const float*);
+template <int RB, bool kFull, int64_t LDA>
+constexpr F16TileFn kF16TilesOfRows[2] = {gemm_f16_tile<RB, 1, kFull, LDA>, gemm_f16_tile<RB, 2, kFull, LDA>};
+template <bool kFull, int64_t LDA>
+constexpr const F16TileFn* kF16Tiles[8] = {
+    kF16TilesOfRows<1, kFull, LDA>, kF16TilesOfRows<2, kFull, LDA>, kF16TilesOfRows<3, kFull, LDA>,
+    kF16TilesOfRows<4, kFull, LDA>, kF16TilesOfRows<5, kFull, LDA>, kF16TilesOfRows<6, kFull, LDA>,
+    kF16TilesOfRows<7, kFull, LDA>, kF16TilesOfRows<8, kFull, LDA>};
+template <bool kFull>
+const F16TileFn* const* f16_tiles(int64_t lda) {
+    return lda == 64 ? kF16Tiles<kFull, 64> : lda == 128 ? kF16Tiles<kFull, 128> : lda == 256 ? kF16Tiles<kFull, 256>
+                                                                                               : kF16Tiles<kFull, 0>;
+}
+
+void gemm_f16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint8_t* B, size_t b_stride,
+              int64_t b_cols, float* C, int64_t ldc, const float* beta, const float* a_scale) {
+    for (int64_t j = 0; j < N; j += 64) {
+        const int64_t n = std::min<int64_t>(64, N - j), cb = n > 32 ? 2 : 1;
+        const F16TileFn* const* tiles = b_cols - j >= 32 * cb ? f16_tiles<true>(lda) : f16_tiles<false>(lda);
+        for (int64_t r = 0; r < M; r += 8) {
+            const int64_t rb = std::min<int64_t>(8, M - r);
+            tiles[rb - 1][cb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, n, C + r * ldc, ldc, beta ? beta + r : nullptr,
+                                  a_scale ? a_scale + r : nullptr);
+        }
+    }
+}
+#endif  // KILN_HAVE_FP16_TARGET
+
 // 16 mask values per compare; the first and last visible from the lowest and highest set bit.
 MaskSpan mask_span(const float* mask, int64_t lo, int64_t hi) {
     MaskSpan r{.first = hi, .last = hi, .count = 0};
@@ -512,6 +666,8 @@ const AttnKernels& attn_avx512() {
     // AVX512-FP16 (Zen 4 and 5). The Xeons with AVX512-FP16 issue it at a quarter of their FMA rate.
     const bool bf16 = float_gemm::fast_path(Type::BF16) == float_gemm::FastPath::Bf16;
     const bool zen4 = cpu_features().zen4;
+    // FP16 products where the CPU has AVX512-FP16 (fast_path checks it) and the compiler can target it.
+    const bool f16 = KILN_HAVE_FP16_TARGET && float_gemm::fast_path(Type::F16) == float_gemm::FastPath::Half;
     static const AttnKernels k{.gemm = zen4 ? gemm<true> : gemm<false>,
                                .k_transpose = k_transpose,
                                .v_rows = v_rows,
@@ -521,7 +677,11 @@ const AttnKernels& attn_avx512() {
                                .mask_visible = mask_visible,
                                .gemm_bf16 = !bf16 ? nullptr : zen4 ? gemm_bf16<true> : gemm_bf16<false>,
                                .bf16_pairs = bf16 ? bf16_pairs : nullptr,
-                               .exp_row_bf16 = bf16 ? exp_row_bf16 : nullptr};
+                               .exp_row_bf16 = bf16 ? exp_row_bf16 : nullptr,
+#if KILN_HAVE_FP16_TARGET
+                               .gemm_f16 = f16 ? gemm_f16 : nullptr,
+#endif
+                               .exp_row_f16 = f16 ? exp_row_f16 : nullptr};
     return k;
 }
 }  // namespace detail

@@ -13,6 +13,8 @@
 //
 // In fast precision, on CPUs whose BF16 products outrun their F32 FMAs, the two products of
 // query blocks with more than 8 rows run in BF16 instead (gemm_bf16: Q and K, P and V rounded).
+// On CPUs with AVX512-FP16, such blocks over an F16 cache with K panels run in FP16 instead
+// (gemm_f16: Q and P rounded, K and V read as stored, sums in fp16 runs).
 //
 // Every float matrix is row-major, with the leading dimension in floats.
 // Column counts given to gemm are multiples of kAttnLanes and the tiles are
@@ -136,6 +138,23 @@ using AttnBf16PairsFn = void (*)(Type t, const uint8_t* src, size_t stride, int6
 // The exp need only be accurate to well below BF16's 2^-9.
 using AttnExpRowBf16Fn = float (*)(const float* s, int64_t n, float m, uint16_t* p);
 
+// FP16 products (fast precision, CPUs with AVX512-FP16, whose vfmadd231ph does 32 multiply-adds at
+// the F32 FMA's rate), for F16 K panels and V rows read as stored:
+// C [M, N] = (beta ? C * beta[r] : 0) + a_scale[r] * A [M, K] * B [K, N] (a_scale null: 1), N a
+// multiple of kAttnLanes. A's row r: K fp16 values from A + r * lda. B's row k: b_cols fp16 values
+// at B + k * b_stride, read as zeros from b_cols to N. Products are summed per lane in fp16 runs of
+// kAttnF16Run steps (one rounding per step), the runs in float; a run that overflows fp16 is
+// summed again in float from the same operands, so large values cost speed, never infinities.
+// A's rows should be scaled by powers of two to a largest |a| in [1, 2) (float_gemm::half_row_scale): the
+// run sums then stay clear of fp16's underflow and, for |b| < 65504 / (2 kAttnF16Run), overflow.
+inline constexpr int64_t kAttnF16Run = 32;
+using AttnGemmF16Fn = void (*)(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint8_t* B,
+                               size_t b_stride, int64_t b_cols, float* C, int64_t ldc, const float* beta,
+                               const float* a_scale);
+// exp_row for the FP16 path: p[j] = exp(s[j] - m) rounded to fp16 for j < n; returns the sum of
+// the unrounded values. s is not written. (Same signature as AttnExpRowBf16Fn.)
+using AttnExpRowF16Fn = float (*)(const float* s, int64_t n, float m, uint16_t* p);
+
 struct AttnKernels {
     AttnGemmFn gemm = nullptr;
     AttnKTransposeFn k_transpose = nullptr;
@@ -148,6 +167,9 @@ struct AttnKernels {
     AttnGemmBf16Fn gemm_bf16 = nullptr;
     AttnBf16PairsFn bf16_pairs = nullptr;
     AttnExpRowBf16Fn exp_row_bf16 = nullptr;
+    // Null where the CPU lacks AVX512-FP16: prompt attention over an F16 cache then stays F32 (or BF16).
+    AttnGemmF16Fn gemm_f16 = nullptr;
+    AttnExpRowF16Fn exp_row_f16 = nullptr;
 };
 
 // The table of an instruction set (the scalar one where the set has none).

@@ -42,14 +42,6 @@
 
 #if defined(__AVX512BF16__)
 
-// AVX512-FP16 is enabled per function (target attribute) with GCC 12 and later; clang (14)
-// only declares its intrinsics when the whole file is compiled for it.
-#if defined(__AVX512FP16__) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12)
-#define KILN_HAVE_FP16_TARGET 1
-#else
-#define KILN_HAVE_FP16_TARGET 0
-#endif
-
 namespace kiln::cpu {
 namespace {
 

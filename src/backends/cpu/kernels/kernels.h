@@ -14,6 +14,16 @@
 
 #include "core/types.h"
 
+// Whether the AVX-512 kernel files can hold AVX512-FP16 functions: the instructions are enabled
+// per function (target attribute) with GCC 12 and later; clang (14) only declares their
+// intrinsics when the whole file is compiled for them. Such functions run only where the CPU
+// has AVX512-FP16 (float_gemm::fast_path(Type::F16) is FastPath::Half, gemm_float.h).
+#if defined(__AVX512FP16__) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12)
+#define KILN_HAVE_FP16_TARGET 1
+#else
+#define KILN_HAVE_FP16_TARGET 0
+#endif
+
 namespace kiln::cpu {
 
 // Converts n floats (a multiple of the vec_dot_type's block size) of one activation row.
