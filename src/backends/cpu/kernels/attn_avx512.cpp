@@ -565,6 +565,11 @@ KILN_FP16 void gemm_f16_tile(int64_t K, const uint16_t* A, int64_t lda_rt, const
             for (int r = 0; r < RB; ++r)
                 KILN_UNROLL
                 for (int c = 0; c < CB; ++c) acc[r][c] = fmadd_ph_bcast(A + r * lda + k, b[c], acc[r][c]);
+            // B's vectors kept alive to the step's end: GCC 12 otherwise reuses the first one's
+            // register for the last accumulator, with a copy in and out of it every step (2 vector
+            // uops per 16 FMAs).
+            KILN_UNROLL
+            for (int c = 0; c < CB; ++c) asm("" : : "v"(b[c]));
         }
         // An infinity or NaN in a run (sums past 65504; the F32 path would have stayed finite)
         // sends the run to float.
