@@ -108,7 +108,9 @@ struct kiln_context_params {
     uint32_t n_seq_max;  /* sequences held at once (1..64) */
     int32_t matmul_precision;  /* 0 = auto (precise for small batches), 1 = fast (8-bit activations;
                                   on CPUs with fast BF16 products, BF16 attention products for prompts),
-                                  2 = precise (8-bit + residual pass, ~16-bit activations) */
+                                  2 = precise (8-bit + residual pass, ~16-bit activations, F32
+                                  attention). On CPUs with AVX512-FP16, auto and fast compute the
+                                  attention over an F16 cache with FP16 products. */
 };
 
 KILN_API struct kiln_context_params kiln_context_default_params(void);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels/attn_kernels.h"
+#include "backends/cpu/kernels/gemm_float.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "core/float_convert.h"
 #include "core/quant.h"
@@ -310,7 +311,7 @@ TEST(AttentionKernels, F16ProductsMatchReference) {
                             std::vector<float> C = c0;
                             k.gemm_f16(M, N, K, A.data(), lda, reinterpret_cast<const uint8_t*>(B.data()),
                                        static_cast<size_t>(ldb) * 2, b_cols, C.data(), ldc, with_beta ? beta.data() : nullptr,
-                                       with_scale ? scale.data() : nullptr);
+                                       with_scale ? scale.data() : nullptr, nullptr);
                             for (int64_t r = 0; r < M; ++r) {
                                 for (int64_t j = 0; j < ldc; ++j) {
                                     if (j >= N) {  // past N: untouched
@@ -351,7 +352,7 @@ TEST(AttentionKernels, F16ProductsMatchReference) {
                 }
             std::vector<float> C(static_cast<size_t>(M * N), -1.0f);
             k.gemm_f16(M, N, K, A.data(), lda, reinterpret_cast<const uint8_t*>(B.data()), static_cast<size_t>(ldb) * 2, N,
-                       C.data(), N, nullptr, nullptr);
+                       C.data(), N, nullptr, nullptr, nullptr);
             for (int64_t r = 0; r < M; ++r)
                 for (int64_t j = 0; j < N; ++j) {
                     double dot = 0, mag = 0;
@@ -366,6 +367,28 @@ TEST(AttentionKernels, F16ProductsMatchReference) {
         }
     }
     if (!ran) GTEST_SKIP() << "no instruction set here has FP16 attention products";
+}
+
+// The FP16 products' row scale from the exponent bits against its frexp form, over every binade a
+// float has (subnormals, the clamps at 2^-100 and 2^100, zero, infinity, NaN) and both binade edges.
+TEST(AttentionKernels, HalfRowScaleMatchesFrexp) {
+    std::vector<float> xs = {0.0f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+                             std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
+                             std::numeric_limits<float>::quiet_NaN()};
+    for (int e = -149; e <= 127; ++e) {
+        const float lo = std::ldexp(1.0f, e);
+        xs.push_back(lo);
+        xs.push_back(std::nextafter(std::ldexp(1.0f, e + 1), 0.0f));  // the top of the binade
+        xs.push_back(lo * 1.37f);
+    }
+    for (float x : xs) {
+        const float got = kiln::cpu::float_gemm::half_row_scale(x), want = kiln::cpu::float_gemm::half_row_scale_slow(x);
+        ASSERT_EQ(got, want) << "amax=" << x;
+        if (std::isfinite(x) && x >= std::ldexp(1.0f, -100) && x < std::ldexp(1.0f, 100)) {
+            ASSERT_GE(x * got, 1.0f) << "amax=" << x;
+            ASSERT_LT(x * got, 2.0f) << "amax=" << x;
+        }
+    }
 }
 
 }  // namespace

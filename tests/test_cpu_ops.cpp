@@ -838,7 +838,8 @@ std::vector<float> bf16_round(std::vector<float> v, float scale = 1.0f) {
 // k_panels: K stored in panels rather than rows. prec: the backend's precision; in Fast mode on an
 // instruction set with BF16 attention products, rows may instead match the reference computed from
 // Q (scaled), K and V rounded to BF16 (only P's rounding, 2^-9 relative per weight, is left then);
-// with FP16 products (an F16 cache in panels) they are within fp16's rounding of the reference.
+// with FP16 products (an F16 cache in panels, Fast or Auto) they are within fp16's rounding of the
+// reference. Auto is only checked with at most kAutoPreciseRows tokens (no BF16 products then).
 void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& rng, bool k_panels = false,
                      MatmulPrecision prec = MatmulPrecision::Precise) {
     SCOPED_TRACE(attn_label(c) + (q_permuted ? " q permuted" : "") + (k_panels ? " k panels" : "") +
@@ -872,7 +873,7 @@ void check_attention(const AttnCase& c, int nth, bool q_permuted, std::mt19937& 
     // values ~N(0,1), accurate to a few 1e-7; 2e-5 leaves room for exp() of scores ~ +-10.
     const auto want = ref_attention(c, qv, kd, vd, mask, scale);
     const auto& kern = kiln::cpu::attn_kernels(kiln::cpu::selected_isa());
-    if (prec == MatmulPrecision::Fast && kern.gemm_f16 && k_panels && c.kv_type == Type::F16) {
+    if (prec != MatmulPrecision::Precise && kern.gemm_f16 && k_panels && c.kv_type == Type::F16) {
         // FP16 products (K and V as stored, Q and P rounded to fp16, fp16 sums of 32 products):
         // outputs within ~1e-3 of values ~N(0,1) (worst seen 1.2e-3).
         EXPECT_TRUE(close(read(out), want, 4e-3, 4e-3));
@@ -915,6 +916,10 @@ TEST_P(CpuOps, Attention) {
             check_attention(c, nth, false, rng);
             if (kiln::k_panels_supported(c.kv_type)) check_attention(c, nth, false, rng, true);
             check_attention(c, nth, false, rng, kiln::k_panels_supported(c.kv_type), MatmulPrecision::Fast);
+            // Auto with at most kAutoPreciseRows tokens: F32, or FP16 over F16 panels where the CPU has it
+            if (c.n_tokens <= kiln::kAutoPreciseRows) {
+                check_attention(c, nth, false, rng, kiln::k_panels_supported(c.kv_type), MatmulPrecision::Auto);
+            }
             // q's strides are handled before the kernels: one instruction set is enough
             if (isa == isas.front()) check_attention(c, nth, true, rng);
         }
@@ -984,7 +989,7 @@ TEST_P(CpuOps, StoreThenAttend) {
         const std::vector<int32_t> ids = {5, 6, 7};  // the batch's tokens go to the last visible cells
         const auto qv = randn(rng, c.hd * c.n_head * c.n_tokens);
         const auto mask = make_mask(c, rng);
-        Harness h(nth);
+        Harness h(nth, MatmulPrecision::Precise);  // F32 products: what is read matters here, not FP16 rounding
         Tensor* kc = panels ? k_panel_cache(h, c, kf) : h.typed(kv, row, c.n_cells, kf, 1, "k_cache");
         // head-major: the old values rearranged, head h's rows of every cell after one another
         std::vector<float> v_init = vf;

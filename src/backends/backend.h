@@ -24,7 +24,10 @@ namespace kiln {
 //           memory bandwidth, so the second pass is free), Fast for larger batches (prompts).
 // Attention follows the same setting on the CPU: Fast computes its two products in BF16 where
 // the CPU's BF16 products outrun its F32 FMAs (kernels/attn_kernels.h); Precise stays F32, and
-// Auto is Precise for up to kAutoPreciseRows query tokens.
+// Auto is Precise for up to kAutoPreciseRows query tokens. Except: over an F16 cache on CPUs with
+// AVX512-FP16, Fast and Auto compute them in FP16 at every query count (K and V as the cache
+// holds them, Q and P rounded to fp16: a KL divergence two orders below the 8-bit activations';
+// docs/engine.md); Precise stays F32.
 enum class MatmulPrecision : uint8_t { Auto, Fast, Precise };
 constexpr int64_t kAutoPreciseRows = 16;
 

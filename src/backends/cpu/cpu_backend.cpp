@@ -137,6 +137,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         ctx.scratch_size = scratch_.size();
         ctx.work = &work_;
         ctx.coarse = precision_ == MatmulPrecision::Fast;  // the same for every node
+        ctx.attn_f32 = precision_ == MatmulPrecision::Precise;
         for (size_t i = 0; i < nodes.size(); ++i) {
             const Tensor* n = nodes[i];
             const OpFn fn = op_fn(n->op);

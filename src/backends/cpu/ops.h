@@ -45,8 +45,11 @@ struct ComputeContext {
     std::function<void()> barrier;  // synchronises all threads of the pool
     uint8_t* scratch = nullptr;     // shared scratch, scratch_bytes(node) bytes (set per node)
     size_t scratch_size = 0;
-    // MulMat: two-pass (residual) activations; Attention: F32 products (see MatmulPrecision)
+    // MulMat: two-pass (residual) activations; Attention: no BF16 products (see MatmulPrecision)
     bool precise = false;
+    // Attention: F32 products even where FP16 ones exist (MatmulPrecision::Precise itself; Auto
+    // allows them at every query count, see backend.h)
+    bool attn_f32 = false;
     // MulMat: MatmulPrecision::Fast itself, not Auto's 8-bit batches: llama.cpp's coarser
     // activation formats allowed (PackedKernels::coarse)
     bool coarse = false;

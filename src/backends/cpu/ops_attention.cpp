@@ -427,10 +427,11 @@ float* aligned_base(uint8_t* scratch) {
 
 // One item: query block qb against KV head hk over key range `split`. Writes the normalized output
 // rows, or (n_split > 1) the unnormalized partial O with its running max and sum.
-// fast: BF16 products where the kernels have them (query blocks of more than 8 rows).
+// fast: BF16 products where the kernels have them (query blocks of more than 8 rows); f16: FP16
+// products where they have them (an F16 cache with K panels), at any query count.
 // kr: the thread's K rows (AttnPlan::k_rows).
 void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, float* w, float* partial, KRows& kr,
-                 int64_t qb, int64_t hk, int64_t split, bool fast) {
+                 int64_t qb, int64_t hk, int64_t split, bool fast, bool f16) {
     const Tensor& q = *t.src[0];  // [hd, n_head, n_tokens] F32
     const Tensor& k = *t.src[1];  // [hd, n_head_kv, n_kv]
     const Tensor& v = *t.src[2];  // [hdv, n_head_kv, n_kv]
@@ -457,16 +458,15 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             for (int64_t d = 0; d < hd; ++d) dst[d] = src[d] * scale;
         }
     }
-    // Query blocks of more than 8 rows in fast precision: FP16 products over an F16 cache with K
-    // panels where the CPU has them (Q rounded once per item, scaled; P per block; K and V read as
-    // stored), else BF16 products where it has those (Q rounded once per item; K, P and V per
+    // FP16 products over an F16 cache with K panels where the CPU has them (Q rounded once per
+    // item, scaled; P per block; K and V read as stored), else for query blocks of more than 8 rows
+    // in fast precision BF16 products where it has those (Q rounded once per item; K, P and V per
     // block). The gathered path stays F32.
-    const bool half_rows = fast && M > 8;
-    const Products prod = half_rows && kern.gemm_f16 && kern.exp_row_f16 && p.k_panels && k.type == Type::F16 &&
+    const Products prod = f16 && kern.gemm_f16 && kern.exp_row_f16 && p.k_panels && k.type == Type::F16 &&
                                   v.type == Type::F16
                               ? Products::F16
-                          : half_rows && kern.gemm_bf16 && kern.exp_row_bf16 ? Products::Bf16
-                                                                             : Products::F32;
+                          : fast && M > 8 && kern.gemm_bf16 && kern.exp_row_bf16 ? Products::Bf16
+                                                                                 : Products::F32;
     const AttnExpRowF16Fn exp_half = prod == Products::F16 ? kern.exp_row_f16 : kern.exp_row_bf16;
     const int64_t hp = p.hp;
     auto* QB = reinterpret_cast<uint32_t*>(w + p.qb_off);  // [M, hp]
@@ -502,11 +502,30 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             if (tt_hi < 0) continue;
             const int64_t r0 = tt_lo * n_rep, Mb = (tt_hi + 1 - tt_lo) * n_rep;
 
-            // The next block's K and V, while this one computes. The products that read the cache
-            // as stored (generation) spread the requests over their loops (AttnPrefetch); the others
-            // take them in two bursts, K before Q K^T and V after it.
+            // The next block's K and V, while this one computes. The products of few rows
+            // (generation) that read the cache as stored spread the requests over their loops
+            // (AttnPrefetch); the others take them in two bursts, K before Q K^T and V after it (FP16
+            // prompts, spread: 1.2x the time in bench_kernels attn_pp512_kv512).
             const int64_t n_next = c1 < last ? std::min(bk, last - c1) : 0;
-            if (blocks != Products::F32) {
+            const bool spread = Mb <= 8;
+            if (blocks == Products::F16) {  // K panels, F16: each tile's rows are B's rows as stored
+                if (!spread) {
+                    for (int64_t j = 0; j < n_next; j += kKPanelCells) {
+                        prefetch_rows(p.kp.tile(k.data, c1 + j, hk), 0, 1, p.kp.tile_bytes());
+                    }
+                }
+                for (int64_t j = 0; j < attn_pad(nk); j += kKPanelCells) {
+                    // (the next block's tile j exists only where the block has cells there)
+                    const AttnPrefetch next{.first = j < n_next ? p.kp.tile(k.data, c1 + j, hk) : nullptr,
+                                            .stride = p.kp.tile_row_bytes(), .rows = j < n_next ? hd : 0,
+                                            .row_bytes = p.kp.tile_row_bytes()};
+                    // The panel's cells past the block read as zeros: whatever they hold (cells not yet
+                    // written) must not overflow the fp16 sums and send the runs to float.
+                    kern.gemm_f16(Mb, std::min(kKPanelCells, attn_pad(nk) - j), hd, QH + r0 * hd, hd,
+                                  p.kp.tile(k.data, c0 + j, hk), p.kp.tile_row_bytes(), std::min(kKPanelCells, nk - j),
+                                  S + r0 * bk + j, bk, nullptr, qinv + r0, spread ? &next : nullptr);
+                }
+            } else if (blocks == Products::Bf16) {
                 if (n_next > 0 && p.k_panels) {
                     for (int64_t j = 0; j < n_next; j += kKPanelCells) {
                         prefetch_rows(p.kp.tile(k.data, c1 + j, hk), 0, 1, p.kp.tile_bytes());
@@ -514,23 +533,17 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
                 } else if (n_next > 0) {
                     prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
                 }
-                if (blocks == Products::F16) {  // K panels, F16: each tile's rows are B's rows as stored
-                    for (int64_t j = 0; j < attn_pad(nk); j += kKPanelCells) {
-                        kern.gemm_f16(Mb, std::min(kKPanelCells, attn_pad(nk) - j), hd, QH + r0 * hd, hd,
-                                      p.kp.tile(k.data, c0 + j, hk), p.kp.tile_row_bytes(), kKPanelCells, S + r0 * bk + j,
-                                      bk, nullptr, qinv + r0);
-                    }
-                } else {
-                    k_block_bf16(k, p, kern, c0, nk, hk, KT, stage, KB);
-                    kern.gemm_bf16(Mb, attn_pad(nk), hp, QB + r0 * hp, hp, KB, bk, S + r0 * bk, bk, nullptr);
-                }
+                k_block_bf16(k, p, kern, c0, nk, hk, KT, stage, KB);
+                kern.gemm_bf16(Mb, attn_pad(nk), hp, QB + r0 * hp, hp, KB, bk, S + r0 * bk, bk, nullptr);
             } else if (p.k_panels) {
                 attend_k_panels(k, p, kern, c0, nk, hk, n_next, Q + r0 * hd, Mb, KT, S + r0 * bk);
             } else {
                 if (n_next > 0) prefetch_rows(k.row(hk, c1), k.nb[2], n_next, row_size(k.type, hd));
                 attend_k_rows(k, p, kern, c0, nk, hk, Q + r0 * hd, Mb, KT, stage, S + r0 * bk);
             }
-            const bool v_direct = blocks == Products::F32 && !p.staged && (v.type == Type::F32 || Mb <= 8);
+            // (v_direct: V read as stored, its prefetch spread over the product)
+            const bool v_direct = (blocks == Products::F16 && spread) ||
+                                  (blocks == Products::F32 && !p.staged && (v.type == Type::F32 || spread));
             if (n_next > 0 && !v_direct) prefetch_rows(v.row(hk, c1), v.nb[2], n_next, row_size(v.type, hdv));
 
             bool any_row = false;
@@ -559,9 +572,11 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             // converts each element once; many rows would convert it once per row group, so a float
             // tile is made first.
             const uint8_t* vrows = v.row(hk, c0);
+            const AttnPrefetch v_next{.first = n_next > 0 ? v.row(hk, c1) : nullptr, .stride = v.nb[2], .rows = n_next,
+                                      .row_bytes = row_size(v.type, hdv)};
             if (blocks == Products::F16) {  // F16 V rows read as stored
                 kern.gemm_f16(Mb, ldv, nk, reinterpret_cast<const uint16_t*>(PB + r0 * (bk / 2)), bk, vrows, v.nb[2], hdv,
-                              O + r0 * ldv, ldv, corr + r0, nullptr);
+                              O + r0 * ldv, ldv, corr + r0, nullptr, v_direct ? &v_next : nullptr);
                 continue;
             }
             if (blocks == Products::Bf16) {
@@ -576,9 +591,7 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
                 continue;
             }
             if (v_direct) {
-                const AttnPrefetch next{.first = n_next > 0 ? v.row(hk, c1) : nullptr, .stride = v.nb[2], .rows = n_next,
-                                        .row_bytes = row_size(v.type, hdv)};
-                kern.gemm(Mb, ldv, nk, S + r0 * bk, bk, v.type, vrows, v.nb[2], hdv, O + r0 * ldv, ldv, corr + r0, &next);
+                kern.gemm(Mb, ldv, nk, S + r0 * bk, bk, v.type, vrows, v.nb[2], hdv, O + r0 * ldv, ldv, corr + r0, &v_next);
                 continue;
             }
             if (p.staged) {
@@ -611,7 +624,8 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
                 int64_t j = i + 1;
                 while (j < n_vis && vis[j] == vis[j - 1] + 1) ++j;
                 if (j - i >= kDenseRun) {
-                    dense_blocks(vis[i], vis[j - 1] + 1, tt, tt, n_rep > 8 ? prod : Products::F32, true);
+                    dense_blocks(vis[i], vis[j - 1] + 1, tt, tt, prod == Products::F16 || n_rep > 8 ? prod : Products::F32,
+                                 true);
                 } else {
                     for (int64_t c = i; c < j; ++c) vis[scattered++] = vis[c];
                 }
@@ -694,7 +708,7 @@ void op_attention(const Tensor& t, ComputeContext& ctx) {
                 const int64_t i = (qb * p.n_head_kv + hk) * p.n_split + split;
                 if (i % ctx.nth != ctx.ith) continue;
                 float* partial = p.n_split > 1 ? partials + i * p.partial_floats : nullptr;
-                attend_item(t, p, kern, w, partial, kr, qb, hk, split, !ctx.precise);
+                attend_item(t, p, kern, w, partial, kr, qb, hk, split, !ctx.precise, !ctx.attn_f32);
             }
         }
     }

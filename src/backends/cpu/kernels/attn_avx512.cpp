@@ -544,8 +544,10 @@ template <int RB, int CB>
 // LDA: A's row stride when it is a constant (0: lda_rt), as in gemm_tile: Q's (hd) and P's (bk).
 template <int RB, int CB, bool kFull, int64_t LDA>
 KILN_FP16 void gemm_f16_tile(int64_t K, const uint16_t* A, int64_t lda_rt, const uint8_t* B, size_t b_stride, int64_t j0,
-                             int64_t b_cols, int64_t n_cols, float* C, int64_t ldc, const float* beta, const float* a_scale) {
+                             int64_t b_cols, int64_t n_cols, float* C, int64_t ldc, const float* beta, const float* a_scale,
+                             const AttnPrefetch* pf) {
     const int64_t lda = LDA ? LDA : lda_rt;
+    PrefetchRows prefetch(pf);
     __mmask32 m[CB];
     KILN_UNROLL
     for (int c = 0; c < CB; ++c) m[c] = kFull ? ~__mmask32{0} : tail_mask32(b_cols - j0 - 32 * c);
@@ -557,6 +559,7 @@ KILN_FP16 void gemm_f16_tile(int64_t K, const uint16_t* A, int64_t lda_rt, const
             KILN_UNROLL
             for (int c = 0; c < CB; ++c) acc[r][c] = _mm512_setzero_ph();
         for (int64_t k = k0; k < k1; ++k) {
+            prefetch.step();
             const uint8_t* row = B + static_cast<size_t>(k) * b_stride;
             __m512h b[CB];
             KILN_UNROLL
@@ -600,7 +603,7 @@ KILN_FP16 void gemm_f16_tile(int64_t K, const uint16_t* A, int64_t lda_rt, const
 }
 
 using F16TileFn = void (*)(int64_t, const uint16_t*, int64_t, const uint8_t*, size_t, int64_t, int64_t, int64_t, float*,
-                           int64_t, const float*, const float*);
+                           int64_t, const float*, const float*, const AttnPrefetch*);
 template <int RB, bool kFull, int64_t LDA>
 constexpr F16TileFn kF16TilesOfRows[2] = {gemm_f16_tile<RB, 1, kFull, LDA>, gemm_f16_tile<RB, 2, kFull, LDA>};
 template <bool kFull, int64_t LDA>
@@ -614,15 +617,16 @@ const F16TileFn* const* f16_tiles(int64_t lda) {
                                                                                                : kF16Tiles<kFull, 0>;
 }
 
+// The first tile issues the prefetches (its loop over K runs while the rest of B is read).
 void gemm_f16(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint8_t* B, size_t b_stride,
-              int64_t b_cols, float* C, int64_t ldc, const float* beta, const float* a_scale) {
+              int64_t b_cols, float* C, int64_t ldc, const float* beta, const float* a_scale, const AttnPrefetch* pf) {
     for (int64_t j = 0; j < N; j += 64) {
         const int64_t n = std::min<int64_t>(64, N - j), cb = n > 32 ? 2 : 1;
         const F16TileFn* const* tiles = b_cols - j >= 32 * cb ? f16_tiles<true>(lda) : f16_tiles<false>(lda);
         for (int64_t r = 0; r < M; r += 8) {
             const int64_t rb = std::min<int64_t>(8, M - r);
             tiles[rb - 1][cb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, n, C + r * ldc, ldc, beta ? beta + r : nullptr,
-                                  a_scale ? a_scale + r : nullptr);
+                                  a_scale ? a_scale + r : nullptr, j == 0 && r == 0 ? pf : nullptr);
         }
     }
 }

@@ -148,9 +148,10 @@ using AttnExpRowBf16Fn = float (*)(const float* s, int64_t n, float m, uint16_t*
 // A's rows should be scaled by powers of two to a largest |a| in [1, 2) (float_gemm::half_row_scale): the
 // run sums then stay clear of fp16's underflow and, for |b| < 65504 / (2 kAttnF16Run), overflow.
 inline constexpr int64_t kAttnF16Run = 32;
+// pf (may be null): rows to prefetch meanwhile, as for AttnGemmFn.
 using AttnGemmF16Fn = void (*)(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint8_t* B,
                                size_t b_stride, int64_t b_cols, float* C, int64_t ldc, const float* beta,
-                               const float* a_scale);
+                               const float* a_scale, const AttnPrefetch* pf);
 // exp_row for the FP16 path: p[j] = exp(s[j] - m) rounded to fp16 for j < n; returns the sum of
 // the unrounded values. s is not written. (Same signature as AttnExpRowBf16Fn.)
 using AttnExpRowF16Fn = float (*)(const float* s, int64_t n, float m, uint16_t* p);

@@ -18,6 +18,7 @@
 //        path is the answer for such models.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -38,9 +39,16 @@ constexpr int kHalfRun = 64;      // fp16 products summed per lane before wideni
 constexpr size_t kHalfTail = 64;  // after the blocks of a Half tile: float inverse scale per row
 inline size_t half_tile_bytes(int64_t K) { return bf16_tile_bytes(K) + kHalfTail; }
 
-// Power-of-two scale for a Half activation row with largest magnitude amax (exact to
-// apply and to undo); 1 for rows of zeros.
-float half_row_scale(float amax);
+// Power-of-two scale for a Half activation row with largest magnitude amax >= 0 (exact to
+// apply and to undo): amax * scale in [1, 2), the scale clamped to 2^-100 .. 2^100; 1 for rows
+// of zeros (and infinities, NaN). The common case from the exponent bits (generation calls it
+// per attention row and token, where frexp and ldexp showed), the rest in half_row_scale_slow.
+float half_row_scale_slow(float amax);
+inline float half_row_scale(float amax) {
+    const uint32_t e = std::bit_cast<uint32_t>(amax) >> 23;  // biased exponent: amax in [2^(e-127), 2^(e-126))
+    if (e >= 27 && e <= 227) return std::bit_cast<float>((254u - e) << 23);  // 2^(127 - e)
+    return half_row_scale_slow(amax);
+}
 
 enum class FastPath : uint8_t { F32, Bf16, Half };
 // What fast mode computes through for weight type t on this CPU, the fastest measured:

@@ -166,7 +166,7 @@ bool cpu_has_avx512fp16() {
 
 }  // namespace
 
-float float_gemm::half_row_scale(float amax) {
+float float_gemm::half_row_scale_slow(float amax) {
     if (!(amax > 0) || !std::isfinite(amax)) return 1.0f;
     int e = 0;
     std::frexp(amax, &e);  // amax = m 2^e, m in [0.5, 1)
