@@ -20,35 +20,54 @@
 #include "core/float_convert.h"
 #include "core/quant.h"
 #include "core/types.h"
+#include "test_support.h"
 
 namespace {
+
+using kiln::test::dequantize_rows;
+using kiln::test::quantize_rows;
+using kiln::test::randn;
 
 using kiln::Type;
 using kiln::cpu::Isa;
 
-std::vector<float> randn(std::mt19937& rng, int64_t n, float sigma = 1.0f) {
-    std::normal_distribution<float> d(0.0f, sigma);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = d(rng);
-    return v;
-}
-
-std::vector<uint8_t> quantize_rows(Type t, const std::vector<float>& v, int64_t ne0) {
-    const int64_t rows = static_cast<int64_t>(v.size()) / ne0;
-    std::vector<uint8_t> q(kiln::row_size(t, ne0) * static_cast<size_t>(rows));
-    kiln::quantize(t, v.data(), q.data(), rows, ne0);
-    return q;
-}
-
-std::vector<float> dequantize_rows(Type t, const std::vector<uint8_t>& q, int64_t ne0) {
-    const size_t rb = kiln::row_size(t, ne0);
-    const int64_t rows = static_cast<int64_t>(q.size() / rb);
-    std::vector<float> out(static_cast<size_t>(rows * ne0));
-    for (int64_t r = 0; r < rows; ++r) kiln::dequantize_row(t, q.data() + static_cast<size_t>(r) * rb, out.data() + r * ne0, ne0);
-    return out;
-}
-
 constexpr Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon};
+
+// An exp_row into 16-bit floats (exp_row_bf16, exp_row_f16) on rows of scores from -30 to 3 around
+// m = 2.5, with a masked key (-inf) and one far below (-95): s untouched, each value within
+// rel * exp(s - m) + abs of it (exactly 0 below the normal floats, as the coarse exp gives), the
+// returned sum that of the exact values; to_float reads the format. partner: an odd n's p[n] is
+// written as 0 (BF16 pairs); else nothing past n may be.
+void check_exp_row_half(float (*exp_row)(const float*, int64_t, float, uint16_t*), float (*to_float)(uint16_t),
+                        double rel, double abs, bool partner) {
+    for (int64_t n : {1, 15, 16, 17, 33, 128}) {
+        std::vector<float> sv(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) sv[j] = -30.0f + 33.0f * static_cast<float>(j) / static_cast<float>(n) - 0.37f;
+        if (n > 3) sv[2] = -std::numeric_limits<float>::infinity();
+        if (n > 5) sv[4] = -95.0f;
+        const std::vector<float> s0 = sv;
+        std::vector<uint16_t> p(static_cast<size_t>(n + 2), 0xffff);
+        const float sum = exp_row(sv.data(), n, 2.5f, p.data());
+        EXPECT_EQ(sv, s0);
+        double want_sum = 0;
+        for (int64_t j = 0; j < n; ++j) {
+            const double want = std::exp(static_cast<double>(sv[j] - 2.5f));
+            want_sum += want;
+            const float got = to_float(p[j]);
+            if (want < 1.2e-38) {
+                EXPECT_EQ(got, 0.0f) << "n=" << n << " j=" << j;
+            } else {
+                EXPECT_NEAR(got, want, want * rel + abs) << "n=" << n << " j=" << j;
+            }
+        }
+        if (!partner) {
+            EXPECT_EQ(p[n], 0xffff) << "n=" << n;
+        } else if (n % 2) {
+            EXPECT_EQ(p[n], 0) << "n=" << n;
+        }
+        EXPECT_NEAR(sum, want_sum, want_sum * 1e-4) << "n=" << n;
+    }
+}
 
 // The softmax helpers of every table against libm: exp to a few ulp over the range scores take
 // (exactly 0 for -inf and far below), tanh-based softcap to float rounding.
@@ -147,33 +166,8 @@ TEST(AttentionKernels, Bf16ProductsMatchReference) {
         if (!k.gemm_bf16) continue;
         ran = true;
         SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
-        // exp_row_bf16: within BF16 rounding (2^-9) and the coarse exp of exp(s - m), exactly 0 for
-        // masked keys and far below, the odd count's partner 0, s untouched, the sum of the values.
-        for (int64_t n : {1, 15, 16, 17, 33, 128}) {
-            std::vector<float> sv(static_cast<size_t>(n));
-            for (int64_t j = 0; j < n; ++j) sv[j] = -30.0f + 33.0f * static_cast<float>(j) / static_cast<float>(n) - 0.37f;
-            if (n > 3) sv[2] = -std::numeric_limits<float>::infinity();
-            if (n > 5) sv[4] = -95.0f;
-            const std::vector<float> s0 = sv;
-            std::vector<uint16_t> pb(static_cast<size_t>(n + 2), 0xffff);
-            const float sum = k.exp_row_bf16(sv.data(), n, 2.5f, pb.data());
-            EXPECT_EQ(sv, s0);
-            double want_sum = 0;
-            for (int64_t j = 0; j < n; ++j) {
-                const double want = std::exp(static_cast<double>(sv[j] - 2.5f));
-                want_sum += want;
-                const float got = kiln::bf16_to_fp32(pb[j]);
-                if (want < 1.2e-38) {
-                    EXPECT_EQ(got, 0.0f) << "n=" << n << " j=" << j;
-                } else {
-                    EXPECT_NEAR(got, want, want * (1.0 / 256)) << "n=" << n << " j=" << j;
-                }
-            }
-            if (n % 2) {
-                EXPECT_EQ(pb[n], 0) << "n=" << n;
-            }
-            EXPECT_NEAR(sum, want_sum, want_sum * 1e-4) << "n=" << n;
-        }
+        // exp_row_bf16: within BF16 rounding (2^-9), the odd count's partner 0
+        check_exp_row_half(k.exp_row_bf16, [](uint16_t h) { return kiln::bf16_to_fp32(h); }, 1.0 / 256, 0.0, true);
         for (Type t : {Type::F32, Type::F16, Type::BF16, Type::Q8_0}) {
             for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7}, {2, 16}, {7, 33}, {64, 64}, {13, 96}}) {
                 if (t == Type::Q8_0 && cols % 32) continue;
@@ -259,28 +253,8 @@ TEST(AttentionKernels, F16ProductsMatchReference) {
         if (!k.gemm_f16) continue;
         ran = true;
         SCOPED_TRACE(std::string(kiln::cpu::isa_name(isa)));
-        for (int64_t n : {1, 15, 16, 17, 33, 128}) {
-            std::vector<float> sv(static_cast<size_t>(n));
-            for (int64_t j = 0; j < n; ++j) sv[j] = -30.0f + 33.0f * static_cast<float>(j) / static_cast<float>(n) - 0.37f;
-            if (n > 3) sv[2] = -std::numeric_limits<float>::infinity();
-            const std::vector<float> s0 = sv;
-            std::vector<uint16_t> p(static_cast<size_t>(n + 2), 0xffff);
-            const float sum = k.exp_row_f16(sv.data(), n, 2.5f, p.data());
-            EXPECT_EQ(sv, s0);
-            double want_sum = 0;
-            for (int64_t j = 0; j < n; ++j) {
-                const double want = std::exp(static_cast<double>(sv[j] - 2.5f));
-                want_sum += want;
-                const float got = kiln::fp16_to_fp32(p[j]);
-                if (want == 0) {
-                    EXPECT_EQ(got, 0.0f) << "n=" << n << " j=" << j;
-                } else {  // 2^-11 relative, or half of fp16's smallest subnormal step (2^-25)
-                    EXPECT_NEAR(got, want, want * (1.0 / 1024) + 3e-8) << "n=" << n << " j=" << j;
-                }
-            }
-            EXPECT_EQ(p[n], 0xffff) << "n=" << n;  // nothing past n
-            EXPECT_NEAR(sum, want_sum, want_sum * 1e-4) << "n=" << n;
-        }
+        // exp_row_f16: within fp16 rounding (2^-11, or half its smallest subnormal step, 2^-25), nothing past n
+        check_exp_row_half(k.exp_row_f16, [](uint16_t h) { return kiln::fp16_to_fp32(h); }, 1.0 / 1024, 3e-8, false);
         auto fp16_values = [&](int64_t count, float sigma) {
             std::vector<uint16_t> h(static_cast<size_t>(count));
             const auto v = randn(rng, count, sigma);

@@ -36,8 +36,13 @@
 #include "core/quant.h"
 #include "core/quant_repack.h"
 #include "core/types.h"
+#include "test_support.h"
 
 namespace {
+
+using kiln::test::dequantize_rows;
+using kiln::test::quantize_rows;
+using kiln::test::randn;
 
 using kiln::AttentionParams;
 using kiln::Graph;
@@ -62,13 +67,6 @@ int64_t lin(const Shape& ne, int64_t i0, int64_t i1, int64_t i2 = 0, int64_t i3 
 std::string shape_str(const Shape& ne) {
     return "[" + std::to_string(ne[0]) + "," + std::to_string(ne[1]) + "," + std::to_string(ne[2]) + "," +
            std::to_string(ne[3]) + "]";
-}
-
-std::vector<float> randn(std::mt19937& rng, int64_t n, float sigma = 1.0f) {
-    std::normal_distribution<float> d(0.0f, sigma);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = d(rng);
-    return v;
 }
 
 // How an F32 input is stored: the op sees the same logical values either way.
@@ -281,21 +279,6 @@ std::vector<float> read(const Tensor* t) {
                                              << first.str();
     }
     return ::testing::AssertionSuccess();
-}
-
-std::vector<uint8_t> quantize_rows(Type t, const std::vector<float>& v, int64_t ne0) {
-    const int64_t rows = static_cast<int64_t>(v.size()) / ne0;
-    std::vector<uint8_t> q(kiln::row_size(t, ne0) * static_cast<size_t>(rows));
-    kiln::quantize(t, v.data(), q.data(), rows, ne0);
-    return q;
-}
-
-std::vector<float> dequantize_rows(Type t, const std::vector<uint8_t>& q, int64_t ne0) {
-    const size_t rb = kiln::row_size(t, ne0);
-    const int64_t rows = static_cast<int64_t>(q.size() / rb);
-    std::vector<float> out(static_cast<size_t>(rows * ne0));
-    for (int64_t r = 0; r < rows; ++r) kiln::dequantize_row(t, q.data() + static_cast<size_t>(r) * rb, out.data() + r * ne0, ne0);
-    return out;
 }
 
 std::vector<float> dequant_rows(Type t, const std::vector<float>& v, int64_t ne0) {

@@ -455,35 +455,28 @@ inline __m512 exp16_coarse(__m512 x) {
     return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
-float exp_row_bf16(const float* s, int64_t n, float m, uint16_t* p) {
+// p[j] = exp(s[j] - m) as 16-bit floats for j < n (kBf16: BF16, and an odd n's pair partner p[n]
+// written too, as the zero it is; else fp16); returns the sum of the unrounded values. The coarse
+// exp's 3e-5 lies well below either format's rounding (2^-9, 2^-11).
+template <bool kBf16>
+float exp_row_half(const float* s, int64_t n, float m, uint16_t* p) {
     __m512 sum = _mm512_setzero_ps();
     const __m512 vm = _mm512_set1_ps(m);
     for (int64_t j = 0; j < n; j += 16) {
         const __mmask16 k = tail_mask(n - j);
         const __m512 e = _mm512_maskz_mov_ps(k, exp16_coarse(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm)));
         sum = _mm512_add_ps(sum, e);
-        // an odd n's pair partner (lane n - j) is written too, as the zero it is in e
-        const __mmask16 out = n - j >= 16 ? k : tail_mask(n - j + 1);
-        _mm256_mask_storeu_epi16(p + j, out, std::bit_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+        if constexpr (kBf16) {
+            const __mmask16 out = n - j >= 16 ? k : tail_mask(n - j + 1);
+            _mm256_mask_storeu_epi16(p + j, out, std::bit_cast<__m256i>(_mm512_cvtneps_pbh(e)));
+        } else {  // vcvtps2ph needs only AVX-512F
+            _mm256_mask_storeu_epi16(p + j, k, _mm512_cvtps_ph(e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
     }
     return _mm512_reduce_add_ps(sum);
 }
 
 // ---- FP16 products (AVX512-FP16): tiles of up to 8 rows x 64 columns ----------------------------
-
-// exp_row for the FP16 path (vcvtps2ph needs only AVX-512F): the coarse exp's 3e-5 lies well
-// below fp16's rounding (2^-11).
-float exp_row_f16(const float* s, int64_t n, float m, uint16_t* p) {
-    __m512 sum = _mm512_setzero_ps();
-    const __m512 vm = _mm512_set1_ps(m);
-    for (int64_t j = 0; j < n; j += 16) {
-        const __mmask16 k = tail_mask(n - j);
-        const __m512 e = _mm512_maskz_mov_ps(k, exp16_coarse(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm)));
-        sum = _mm512_add_ps(sum, e);
-        _mm256_mask_storeu_epi16(p + j, k, _mm512_cvtps_ph(e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    return _mm512_reduce_add_ps(sum);
-}
 
 #if KILN_HAVE_FP16_TARGET
 #define KILN_FP16 __attribute__((target("avx512fp16")))
@@ -686,11 +679,11 @@ const AttnKernels& attn_avx512() {
                                .mask_visible = mask_visible,
                                .gemm_bf16 = !bf16 ? nullptr : zen4 ? gemm_bf16<true> : gemm_bf16<false>,
                                .bf16_pairs = bf16 ? bf16_pairs : nullptr,
-                               .exp_row_bf16 = bf16 ? exp_row_bf16 : nullptr,
+                               .exp_row_bf16 = bf16 ? exp_row_half<true> : nullptr,
 #if KILN_HAVE_FP16_TARGET
                                .gemm_f16 = f16 ? gemm_f16 : nullptr,
 #endif
-                               .exp_row_f16 = f16 ? exp_row_f16 : nullptr};
+                               .exp_row_f16 = f16 ? exp_row_half<false> : nullptr};
     return k;
 }
 }  // namespace detail
