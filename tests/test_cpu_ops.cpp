@@ -910,7 +910,7 @@ TEST_P(CpuOps, Attention) {
 }
 
 // Model-like shapes: many keys (several key blocks, blocks skipped by causal and window masks,
-// key ranges split between threads when there are too few heads), several query blocks, head
+// key ranges split into more items when there are too few heads), several query blocks, head
 // sizes 64 / 128 / 256, GQA 1 / 2 / 8, and a cache type the kernels cannot read (Q4_0, staged).
 TEST_P(CpuOps, AttentionLong) {
     const int nth = GetParam();
@@ -920,6 +920,12 @@ TEST_P(CpuOps, AttentionLong) {
         {128, 128, 8, 4, 1, 290, 300, Type::BF16, 0, 0.0f},
         {256, 256, 4, 1, 1, 200, 200, Type::Q8_0, 0, 30.0f},  // gemma-like: hd 256, softcap
         {64, 64, 2, 2, 1, 333, 333, Type::F32, 2, 0.0f},
+        // at depth, few items: the key ranges cut into more items than threads (make_plan), with a
+        // window (blocks skipped inside ranges) and holes
+        {64, 64, 8, 2, 1, 1100, 1152, Type::F16, 0, 0.0f},
+        {128, 128, 4, 2, 1, 1500, 1536, Type::BF16, 3, 0.0f},
+        {64, 64, 4, 1, 2, 1300, 1300, Type::F16, 2, 0.0f},
+        {64, 64, 4, 1, 1, 1030, 1030, Type::Q8_0, 0, 0.0f},
         // prompt processing: many queries, causal / windowed / holes
         {64, 64, 8, 1, 20, 300, 300, Type::F16, 0, 0.0f},
         {64, 64, 2, 2, 70, 260, 260, Type::F16, 3, 0.0f},

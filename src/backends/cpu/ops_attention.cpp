@@ -128,6 +128,10 @@ struct AttnPlan {
     int64_t n_items() const { return n_qb * n_head_kv * n_split; }
 };
 
+// Key ranges from which a few items are cut into more (make_plan): below, the merge's barrier
+// would cost more than the balance brings.
+constexpr int64_t kSplitMinKeys = 1024;
+
 AttnPlan make_plan(const Tensor& t, int nth) {
     const Tensor& q = *t.src[0];
     const Tensor& k = *t.src[1];
@@ -145,11 +149,18 @@ AttnPlan make_plan(const Tensor& t, int nth) {
     p.bk = p.hd <= 128 ? 128 : 64;
     p.ldv = attn_pad(p.hdv);
     p.n_qb = (p.n_tokens + p.bq - 1) / p.bq;
-    // Too few (query block, KV head) items to share evenly between the threads (one token with
-    // a single KV head, say): split the keys too, one range per thread.
+    // Too few (query block, KV head) items for the threads to finish together: split the keys too.
+    // Items that do not divide evenly (one token with a single KV head, say) get one range per
+    // thread; over long ranges (generation at depth) each item is cut into ranges of at least 2
+    // blocks, up to 8 items per thread, so a thread that the machine slows down for a while is
+    // helped with the rest of its share (work regions in op_attention) instead of holding up the
+    // barrier. (Generation at depth 4096 on the 2-vCPU Xeon: a thread waited 9% of the op.)
     const int64_t q_items = p.n_qb * p.n_head_kv;
-    if (nth > 1 && q_items % nth != 0 && q_items < 4 * nth && p.n_kv >= 2 * p.bk) {
-        p.n_split = nth;
+    if (nth > 1 && q_items < 4 * nth && p.n_kv >= 2 * p.bk) {
+        p.n_split = q_items % nth != 0 ? nth : 1;
+        if (p.n_kv >= kSplitMinKeys) {
+            p.n_split = std::max(p.n_split, std::min((8 * nth + q_items - 1) / q_items, p.n_kv / (2 * p.bk)));
+        }
     }
     p.split_len = (p.n_kv + p.n_split - 1) / p.n_split;
     p.k_panels = t.iparams[0] != 0;
@@ -684,31 +695,57 @@ size_t attention_scratch_bytes(const Tensor& node, int nth) {
     return floats * sizeof(float) + 64;  // + alignment of the base
 }
 
+// The item at position j of the claim order of op_attention's work regions: KV head by KV head
+// (a thread's contiguous region keeps to few heads, whose K rows KRows converts once), in each
+// the query blocks in the order 0, last, 1, last - 1, ...: with a causal mask later blocks see
+// more keys, and so any contiguous run of this order has about its share of the keys.
+struct ItemAt {
+    int64_t qb, hk, split;
+};
+ItemAt item_at(const AttnPlan& p, int64_t j) {
+    const int64_t per_head = p.n_qb * p.n_split, rem = j % per_head, i = rem / p.n_split;
+    return {.qb = i % 2 == 0 ? i / 2 : p.n_qb - 1 - i / 2, .hk = j / per_head, .split = rem % p.n_split};
+}
+
 // Flash-attention style: for each (query block, KV head[, key range]) item, K/V blocks are
 // converted to float once and used by all M = tokens x n_rep query rows of the item, with an
-// online softmax (running max and sum per row) so no n_kv-sized score row is needed. Items are
-// dealt round-robin, so with a causal mask (later query blocks see more keys) both threads still
-// get a similar share.
+// online softmax (running max and sum per row) so no n_kv-sized score row is needed. The threads
+// claim items from work regions (work_regions.h, in item_at's order) where the context has them,
+// else take every nth item KV head by KV head (round-robin, so with a causal mask both threads
+// still get a similar share).
 void op_attention(const Tensor& t, ComputeContext& ctx) {
     const AttnPlan p = make_plan(t, ctx.nth);
     const AttnKernels& kern = attn_kernels(selected_isa());
     float* base = aligned_base(ctx.scratch);
     float* w = base + p.per_thread * static_cast<size_t>(ctx.ith);
     float* partials = base + p.per_thread * static_cast<size_t>(ctx.nth);
-    // The thread's items (every nth) taken KV head by KV head: the K rows a gathering item
-    // converts serve the thread's other items of that head.
+    // The thread's items taken KV head by KV head: the K rows a gathering item converts serve the
+    // thread's other items of that head.
     KRows kr;
     if (p.k_rows) {
         kr.rows = w + p.krows_off;
         kr.done = reinterpret_cast<uint8_t*>(w + p.krows_done_off);
     }
-    for (int64_t hk = 0; hk < p.n_head_kv; ++hk) {
-        for (int64_t qb = 0; qb < p.n_qb; ++qb) {
-            for (int64_t split = 0; split < p.n_split; ++split) {
-                const int64_t i = (qb * p.n_head_kv + hk) * p.n_split + split;
-                if (i % ctx.nth != ctx.ith) continue;
-                float* partial = p.n_split > 1 ? partials + i * p.partial_floats : nullptr;
-                attend_item(t, p, kern, w, partial, kr, qb, hk, split, !ctx.precise, !ctx.attn_f32);
+    auto attend = [&](int64_t qb, int64_t hk, int64_t split) {
+        const int64_t i = (qb * p.n_head_kv + hk) * p.n_split + split;  // its partial result's place
+        float* partial = p.n_split > 1 ? partials + i * p.partial_floats : nullptr;
+        attend_item(t, p, kern, w, partial, kr, qb, hk, split, !ctx.precise, !ctx.attn_f32);
+    };
+    if (ctx.work && ctx.nth > 1) {
+        if (ctx.ith == 0) ctx.work->reset(p.n_items(), ctx.nth);
+        ctx.barrier();  // the regions set for every thread
+        for (int64_t j0, j1; ctx.work->claim(ctx.ith, 1, j0, j1);) {
+            for (int64_t j = j0; j < j1; ++j) {
+                const ItemAt it = item_at(p, j);
+                attend(it.qb, it.hk, it.split);
+            }
+        }
+    } else {
+        for (int64_t hk = 0; hk < p.n_head_kv; ++hk) {
+            for (int64_t qb = 0; qb < p.n_qb; ++qb) {
+                for (int64_t split = 0; split < p.n_split; ++split) {
+                    if (((qb * p.n_head_kv + hk) * p.n_split + split) % ctx.nth == ctx.ith) attend(qb, hk, split);
+                }
             }
         }
     }
