@@ -334,14 +334,21 @@ TEST_P(CpuOps, GetRows) {
 TEST_P(CpuOps, AddMulBroadcast) {
     const int nth = GetParam();
     std::mt19937 rng(2);
-    for (int64_t ne0 : {1, 7, 33, 257}) {
-        const Shape a_ne{ne0, 3, 4, 2};
+    // (one row: fewer rows than threads, so the threads split its columns; 1000 ends mid-line)
+    for (auto [ne0, one_row] : {std::pair<int64_t, bool>{1, false}, {7, false}, {33, false}, {257, false}, {7, true},
+                                {257, true}, {1000, true}}) {
+        const Shape a_ne = one_row ? Shape{ne0, 1, 1, 1} : Shape{ne0, 3, 4, 2};
         // b shapes: same, per-row vector, per-column, scalar, partial broadcasts in dims 2/3, and
         // (when ne0 allows) a row shorter than a's that repeats along it.
-        std::vector<Shape> b_shapes = {a_ne, {ne0, 1, 1, 1}, {1, 3, 1, 1}, {1, 1, 1, 1}, {ne0, 3, 2, 1}, {ne0, 1, 4, 2},
-                                       {1, 3, 2, 2}};
+        std::vector<Shape> b_shapes = {a_ne, {1, 1, 1, 1}};
+        if (!one_row) {
+            for (const Shape& b : {Shape{ne0, 1, 1, 1}, Shape{1, 3, 1, 1}, Shape{ne0, 3, 2, 1}, Shape{ne0, 1, 4, 2}, Shape{1, 3, 2, 2}}) {
+                b_shapes.push_back(b);
+            }
+        }
         if (ne0 == 33) b_shapes.push_back({11, 3, 1, 1});
-        if (ne0 == 7) b_shapes.push_back({7, 1, 1, 2});
+        if (ne0 == 1000) b_shapes.push_back({40, 1, 1, 1});
+        if (ne0 == 7 && !one_row) b_shapes.push_back({7, 1, 1, 2});
         for (const Shape& b_ne : b_shapes) {
             for (Layout la : kLayouts) {
                 for (Layout lb : {Layout::Contiguous, Layout::Padded}) {
@@ -387,10 +394,12 @@ double ref_gelu_tanh(double x) {
 TEST_P(CpuOps, ScaleAndActivations) {
     const int nth = GetParam();
     std::mt19937 rng(3);
-    for (int64_t ne0 : {1, 7, 33, 257}) {
+    // (one row: fewer rows than threads, so the threads split its columns; 1000 ends mid-line)
+    for (auto [ne0, one_row] : {std::pair<int64_t, bool>{1, false}, {7, false}, {33, false}, {257, false}, {257, true},
+                                {1000, true}}) {
         for (Layout layout : kLayouts) {
-            SCOPED_TRACE("ne0=" + std::to_string(ne0) + " " + layout_name(layout));
-            const Shape ne{ne0, 3, 2, 2};
+            SCOPED_TRACE("ne0=" + std::to_string(ne0) + (one_row ? " one row " : " ") + layout_name(layout));
+            const Shape ne = one_row ? Shape{ne0, 1, 1, 1} : Shape{ne0, 3, 2, 2};
             auto xv = randn(rng, numel(ne), 3.0f);
             auto uv = randn(rng, numel(ne));
             // Saturating inputs: exp overflow must give the limits, not NaN.
