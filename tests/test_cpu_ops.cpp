@@ -30,6 +30,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels/attn_kernels.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/ops.h"
 #include "backends/scheduler.h"
 #include "core/graph.h"
 #include "core/kv_layout.h"
@@ -1185,15 +1186,22 @@ TEST(MulMatAuto, PreciseForSmallBatchesFastForLarge) {
 }
 
 // Products of one input with several packed weights in a row (q, k and v in the models) quantize it
-// once (PackedActs): each must equal the same product computed alone, bit for bit, whether the
-// activation format matches the previous product's (Q4_0 after Q4_0), differs only in its offset
-// (Q8_0) or entirely (Q4_K), in both precisions, with another op or input in between.
+// once (PackedActs), and where the activation format is the same they run as one op
+// (op_mul_mat_group: their weight groups handed out together, a thread's claim crossing from one
+// product into the next). Each must equal the same product computed alone, bit for bit, whether
+// the activation format matches the previous product's (Q4_0 after Q4_0), differs only in its
+// offset (Q8_0) or entirely (Q4_K), with products of different heights (a group of 16 rows
+// alone), in both precisions, with another op or input in between.
 TEST(MulMatPacked, ConsecutiveProductsOfOneInputMatchProductsAlone) {
     std::mt19937 rng(14);
-    const int64_t K = 256, N = 32, M = 5;
-    const Type types[] = {Type::Q4_0, Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q4_K, Type::Q4_0};
+    const int64_t K = 256, M = 5;
+    const Type types[] = {Type::Q4_0, Type::Q4_0, Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q4_K, Type::Q4_K, Type::Q4_0};
+    const int64_t heights[] = {48, 16, 80, 32, 32, 16, 64, 32};
+    constexpr size_t n_mm = std::size(types);
     std::vector<std::vector<uint8_t>> packed;
-    for (Type t : types) {
+    for (size_t i = 0; i < n_mm; ++i) {
+        const Type t = types[i];
+        const int64_t N = heights[i];
         const auto wv = randn(rng, K * N);
         std::vector<uint8_t> rows(kiln::row_size(t, K) * N);
         kiln::quantize(t, wv.data(), rows.data(), N, K);
@@ -1205,25 +1213,34 @@ TEST(MulMatPacked, ConsecutiveProductsOfOneInputMatchProductsAlone) {
         for (int nth : kThreads) {
             SCOPED_TRACE(std::string(prec == MatmulPrecision::Fast ? "fast" : "precise") + " threads=" + std::to_string(nth));
             auto weight = [&](Harness& h, size_t i) {
-                Tensor* w = h.g.leaf(types[i], {K, N, 1, 1}, "w" + std::to_string(i), h.hold_copy(packed[i]));
+                Tensor* w = h.g.leaf(types[i], {K, heights[i], 1, 1}, "w" + std::to_string(i), h.hold_copy(packed[i]));
                 w->layout = kiln::Layout::Packed16;
                 return w;
             };
-            // All in one graph: x times weights 0-3, an add, x times weight 4, x2 times weight 5.
+            // All in one graph: x times weights 0-5 (0-2: one group; 3 alone, its offset differs;
+            // 4-5: a group), an add, x times weight 6, x2 times weight 7.
             Harness h(nth, prec);
             Tensor* x = h.f32({K, M, 1, 1}, xv, Layout::Contiguous, "x");
             Tensor* x2 = h.f32({K, M, 1, 1}, x2v, Layout::Contiguous, "x2");
             std::vector<Tensor*> outs;
-            for (size_t i = 0; i < 4; ++i) outs.push_back(h.g.mul_mat(weight(h, i), x, "mm" + std::to_string(i)));
-            Tensor* sum = h.g.add(outs[0], outs[1]);
-            outs.push_back(h.g.mul_mat(weight(h, 4), x, "mm4"));
-            outs.push_back(h.g.mul_mat(weight(h, 5), x2, "mm5"));
+            for (size_t i = 0; i < 6; ++i) outs.push_back(h.g.mul_mat(weight(h, i), x, "mm" + std::to_string(i)));
+            Tensor* sum = h.g.add(outs[3], outs[4]);  // both 32 high
+            outs.push_back(h.g.mul_mat(weight(h, 6), x, "mm6"));
+            outs.push_back(h.g.mul_mat(weight(h, 7), x2, "mm7"));
             for (Tensor* o : outs) h.g.mark_output(o);  // kept (memory not reused) to be read after
+            const bool precise = prec == MatmulPrecision::Precise;
+            const auto nodes = h.g.nodes();
+            // The node list starts with the products (x and x2 are leaves).
+            ASSERT_EQ(nodes[0], outs[0]);
+            EXPECT_EQ(3u, kiln::cpu::mul_mat_group_size(nodes, precise, false));
+            EXPECT_EQ(1u, kiln::cpu::mul_mat_group_size(nodes.subspan(3), precise, false));
+            EXPECT_EQ(2u, kiln::cpu::mul_mat_group_size(nodes.subspan(4), precise, false));
+            EXPECT_EQ(1u, kiln::cpu::mul_mat_group_size(nodes.subspan(6), precise, false));  // the add
             h.compute();
             for (size_t i = 0; i < outs.size(); ++i) {
                 Harness alone(nth, prec);
                 Tensor* out = alone.g.mul_mat(weight(alone, i),
-                                              alone.f32({K, M, 1, 1}, i == 5 ? x2v : xv, Layout::Contiguous, "x"), "mm");
+                                              alone.f32({K, M, 1, 1}, i == 7 ? x2v : xv, Layout::Contiguous, "x"), "mm");
                 alone.compute();
                 const auto got = read(outs[i]), want = read(out);
                 ASSERT_EQ(got.size(), want.size());

@@ -122,8 +122,19 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         need = std::max(need, scratch_bytes(*n, nth, precise(*n)));
     }
     if (scratch_.size() < need) scratch_.resize(need);
+    const bool coarse = precision_ == MatmulPrecision::Fast;  // the same for every node
+    // Products of the same activations that run as one op (op_mul_mat_group): group[i] nodes
+    // from node i (0 inside a group, 1 for a node on its own).
+    std::vector<uint8_t> group(nodes.size(), 1);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        if (nodes[i]->op != Op::MulMat) continue;
+        const size_t g = mul_mat_group_size(nodes.subspan(i), precise(*nodes[i]), coarse);
+        group[i] = static_cast<uint8_t>(g);
+        for (size_t j = 1; j < g; ++j) group[i + j] = 0;
+        i += g - 1;
+    }
     const bool profiling = profiling_;
-    if (profiling) profile_.begin_graph(nodes, nth);
+    if (profiling) profile_.begin_graph(nodes, group, nth);
     pool_.run([&](int ith, int n_threads) {
         RopeTable rope;
         PackedActs acts;
@@ -136,21 +147,24 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         ctx.scratch = scratch_.data();
         ctx.scratch_size = scratch_.size();
         ctx.work = &work_;
-        ctx.coarse = precision_ == MatmulPrecision::Fast;  // the same for every node
+        ctx.coarse = coarse;
         ctx.attn_f32 = precision_ == MatmulPrecision::Precise;
         for (size_t i = 0; i < nodes.size(); ++i) {
             const Tensor* n = nodes[i];
             const OpFn fn = op_fn(n->op);
-            if (!fn) continue;  // views: nothing to compute
+            if (!fn || group[i] == 0) continue;  // views: nothing to compute; grouped: done with the first
             if (n->op != Op::MulMat || n->src[0]->layout != Layout::Packed16) acts.x = nullptr;
             ctx.precise = precise(*n);
-            if (!profiling) {
+            const auto t0 = profiling ? OpProfile::Clock::now() : OpProfile::Clock::time_point{};
+            if (group[i] > 1) {
+                op_mul_mat_group(std::span<const Tensor* const>(nodes.data() + i, group[i]), ctx);
+            } else {
                 fn(*n, ctx);
+            }
+            if (!profiling) {
                 pool_.barrier();
                 continue;
             }
-            const auto t0 = OpProfile::Clock::now();
-            fn(*n, ctx);
             const auto t1 = OpProfile::Clock::now();
             pool_.barrier();
             profile_.record(ith, i, t0, t1, OpProfile::Clock::now());

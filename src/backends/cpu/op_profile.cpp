@@ -18,17 +18,22 @@ std::string role_of(const std::string& name) {
 
 }  // namespace
 
-void OpProfile::begin_graph(std::span<Tensor* const> nodes, int nth) {
+void OpProfile::begin_graph(std::span<Tensor* const> nodes, std::span<const uint8_t> group, int nth) {
     row_of_node_.assign(nodes.size(), 0);
     bytes_of_node_.assign(nodes.size(), 0);
     for (size_t i = 0; i < nodes.size(); ++i) {
+        if (group[i] == 0) continue;  // inside a group: never recorded
         const Tensor& n = *nodes[i];
         const bool matmul = n.op == Op::MulMat;
         std::string name = matmul ? "mul_mat " + role_of(n.name) : std::string(op_name(n.op));
+        if (matmul) bytes_of_node_[i] = n.src[0]->nbytes();
+        for (size_t j = 1; j < group[i]; ++j) {
+            name += "+" + role_of(nodes[i + j]->name);
+            bytes_of_node_[i] += nodes[i + j]->src[0]->nbytes();
+        }
         auto [it, added] = row_of_name_.try_emplace(name, static_cast<int>(names_.size()));
         if (added) names_.push_back(std::move(name));
         row_of_node_[i] = it->second;
-        if (matmul) bytes_of_node_[i] = n.src[0]->nbytes();
     }
     if (per_thread_.size() < static_cast<size_t>(nth)) per_thread_.resize(static_cast<size_t>(nth));
     for (auto& slots : per_thread_) slots.resize(names_.size());

@@ -2,7 +2,8 @@
 //
 // Each thread times every node it runs and the barrier wait after it; nodes are grouped by what
 // they are: the op's name ("rms_norm", "attention", ...) or, for matrix products, the node's name
-// without its layer suffix ("q", "ffn_down", "logits"), so one row covers a role in every layer.
+// without its layer suffix ("q", "ffn_down", "logits"), so one row covers a role in every layer;
+// products computed together (q, k and v) share a row ("q+k+v").
 // A matrix product's row also counts the weight bytes it read, which relates its time to the
 // memory's rate. Off unless enabled; when on, three clock reads per node and thread.
 #pragma once
@@ -31,8 +32,10 @@ class OpProfile {
 public:
     using Clock = std::chrono::steady_clock;
 
-    // Before a graph runs (one thread): the row of each node, and the per-thread slots.
-    void begin_graph(std::span<Tensor* const> nodes, int nth);
+    // Before a graph runs (one thread): the row of each node, and the per-thread slots. group[i]:
+    // nodes computed as one op from node i (products of the same input: one row, "q+k+v"), 0
+    // for the others of such a group.
+    void begin_graph(std::span<Tensor* const> nodes, std::span<const uint8_t> group, int nth);
     // Thread ith ran node i from t0 to t1 and waited at the barrier until t2.
     void record(int ith, size_t i, Clock::time_point t0, Clock::time_point t1, Clock::time_point t2) {
         Slot& s = per_thread_[static_cast<size_t>(ith)][static_cast<size_t>(row_of_node_[i])];

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "backends/cpu/work_regions.h"
@@ -74,6 +75,14 @@ size_t attention_scratch_bytes(const Tensor& node, int nth);
 
 void op_get_rows(const Tensor& t, ComputeContext& ctx);
 void op_mul_mat(const Tensor& t, ComputeContext& ctx);
+// Consecutive products of the same activations (q, k, v; gate, up) computed as one op: the
+// activations quantized once, the weight groups of all of them handed out as one set of work
+// regions, one barrier at the end. How many of nodes, from the first, make such a group (1:
+// none; at most kMaxMulMatGroup): packed weights whose activation format is the same under
+// this precision. op_mul_mat_group computes them (all with ctx.precise as for the first).
+inline constexpr size_t kMaxMulMatGroup = 4;
+size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse);
+void op_mul_mat_group(std::span<const Tensor* const> nodes, ComputeContext& ctx);
 void op_add(const Tensor& t, ComputeContext& ctx);
 void op_mul(const Tensor& t, ComputeContext& ctx);
 void op_scale(const Tensor& t, ComputeContext& ctx);

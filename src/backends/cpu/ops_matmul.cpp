@@ -1,5 +1,7 @@
 // Matrix multiplication (weights of any type x F32 activations) and row gathers.
 #include <algorithm>
+#include <array>
+#include <span>
 #include <cstring>
 #include <vector>
 
@@ -82,47 +84,77 @@ int64_t matmul_chunk_groups(int64_t n_groups, int nth) {
     return std::clamp<int64_t>(n_groups / (8 * static_cast<int64_t>(nth)), 1, 4);
 }
 
+// The activation format node t would quantize its input into (packed weights only).
+PackedActs packed_acts_of(const Tensor& t, const PackedPlan& plan) {
+    return PackedActs{.x = t.src[1], .quantize = reinterpret_cast<const void*>(plan.k->quantize_act), .offset = plan.k->offset,
+                      .tile_bytes = plan.tile_bytes, .pairs = plan.pairs};
+}
+
+PackedPlan plan_of(const Tensor& t, bool precise, bool coarse) {
+    return packed_plan(*packed_kernels(t.src[0]->type), t.src[0]->ne[0], precise, t.src[1]->nrows(), coarse);
+}
+
 // Weights in a packed layout: activations become q8 rows (two per row in precise mode: the
 // row and its quantization residual, summed by the kernel; F16/BF16 weights: BF16 or F32
-// rows, see packed_plan), then each thread computes its
-// share of the 16-row weight groups against all activation rows.
-void mul_mat_packed(const Tensor& t, ComputeContext& ctx) {
-    const Tensor& w = *t.src[0];  // [K, N] packed
-    const Tensor& x = *t.src[1];  // [K, M...] F32
-    const int64_t K = w.ne[0], N = w.ne[1], M = x.nrows();
-    const PackedPlan plan = packed_plan(*packed_kernels(w.type), K, ctx.precise, M, ctx.coarse);  // kernels + activation format of this mode
-    const PackedKernels& pk = *plan.k;
-    const size_t tile_bytes = plan.tile_bytes;
-    const int pairs = plan.pairs;
-    // The previous node quantized the same input the same way (q, k, v): the scratch has it.
-    const PackedActs acts{.x = &x, .quantize = reinterpret_cast<const void*>(pk.quantize_act), .offset = pk.offset,
-                          .tile_bytes = tile_bytes, .pairs = pairs};
-    const bool reuse = ctx.acts && *ctx.acts == acts;
+// rows, see packed_plan), then each thread computes its share of the 16-row weight groups
+// against all activation rows. Several products of the same activations (q, k and v; gate and
+// up: mul_mat_group_size) are one index space of groups: the activations are quantized once,
+// and a thread done with its share of q goes on to k without a barrier between them.
+void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
+    const Tensor& x = *ts[0]->src[1];  // [K, M...] F32, the same for every product
+    const int64_t K = x.ne[0], M = x.nrows();
+    struct Part {
+        const PackedKernels* pk;
+        const uint8_t* w;    // [K, N] packed
+        size_t group_bytes;  // kPackRows rows
+        float* y;
+        int64_t y_stride;
+        int64_t g_end;       // this product's groups end here in the joint index space
+    };
+    std::array<Part, kMaxMulMatGroup> parts{};
+    const size_t n_parts = std::min(ts.size(), kMaxMulMatGroup);
+    int64_t n_groups = 0;
+    PackedPlan plan;
+    for (size_t i = 0; i < n_parts; ++i) {
+        const Tensor& t = *ts[i];
+        plan = plan_of(t, ctx.precise, ctx.coarse);
+        n_groups += t.src[0]->ne[1] / kPackRows;
+        parts[i] = Part{.pk = plan.k, .w = static_cast<const uint8_t*>(t.src[0]->data), .group_bytes = row_size(t.src[0]->type, K) * kPackRows,
+                        .y = static_cast<float*>(t.data), .y_stride = static_cast<int64_t>(t.nb[1] / sizeof(float)), .g_end = n_groups};
+    }
+    // Every product of a group takes the same activations (mul_mat_group_size checked it).
+    const PackedActs acts = packed_acts_of(*ts[0], plan);
+    const bool reuse = ctx.acts && *ctx.acts == acts;  // an earlier node left them in the scratch
     int64_t r0, r1;
     split_rows(M, ctx.ith, ctx.nth, r0, r1);
     for (int64_t r = reuse ? r1 : r0; r < r1; ++r) {
         const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
-        const int64_t a = r * pairs;  // activation row (and a + 1 for its residual)
-        pk.quantize_act(reinterpret_cast<const float*>(x.row(i1, i2, i3)), K, pk.offset,
-                        ctx.scratch + static_cast<size_t>(a / kActTile) * tile_bytes, static_cast<int>(a % kActTile), pairs == 2);
+        const int64_t a = r * plan.pairs;  // activation row (and a + 1 for its residual)
+        plan.k->quantize_act(reinterpret_cast<const float*>(x.row(i1, i2, i3)), K, plan.k->offset,
+                             ctx.scratch + static_cast<size_t>(a / kActTile) * plan.tile_bytes, static_cast<int>(a % kActTile), plan.pairs == 2);
     }
     if (ctx.acts) *ctx.acts = acts;
-    const int64_t n_groups = N / kPackRows;
     const int64_t chunk = matmul_chunk_groups(n_groups, ctx.nth);
     if (ctx.work && ctx.ith == 0) ctx.work->reset(n_groups, ctx.nth);
     ctx.barrier();  // activations ready (and the work regions set) for every thread
-    const size_t group_bytes = row_size(w.type, K) * kPackRows;
+    // Joint groups [g0, g1), cut where one product ends and the next begins.
     auto run = [&](int64_t g0, int64_t g1) {
-        GemmTask task{.K = K,
-                      .w = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(g0) * group_bytes,
-                      .w_group_bytes = group_bytes,
-                      .n_groups = g1 - g0,
-                      .x = ctx.scratch,
-                      .M = M,
-                      .pairs = pairs,
-                      .y = static_cast<float*>(t.data) + g0 * kPackRows,
-                      .y_stride = static_cast<int64_t>(t.nb[1] / sizeof(float))};
-        pk.gemm(task);
+        int64_t base = 0;
+        for (size_t i = 0; i < n_parts && g0 < g1; base = parts[i].g_end, ++i) {
+            const Part& p = parts[i];
+            if (g0 >= p.g_end) continue;
+            const int64_t e = std::min(g1, p.g_end), l0 = g0 - base;
+            p.pk->gemm(GemmTask{.K = K,
+                                .w = p.w + static_cast<size_t>(l0) * p.group_bytes,
+                                .w_group_bytes = p.group_bytes,
+                                .n_groups = e - g0,
+                                .x = ctx.scratch,
+                                .M = M,
+                                .pairs = plan.pairs,
+                                .y = p.y + l0 * kPackRows,
+                                .y_stride = p.y_stride});
+            g0 = e;
+        }
     };
     if (!ctx.work) {  // no shared regions: an even static split
         int64_t g0, g1;
@@ -137,6 +169,24 @@ void mul_mat_packed(const Tensor& t, ComputeContext& ctx) {
 
 }  // namespace
 
+size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse) {
+    auto packed = [](const Tensor& n) { return n.op == Op::MulMat && n.src[0]->layout == Layout::Packed16 && n.src[1]->nrows() > 0; };
+    if (nodes.empty() || !packed(*nodes[0])) return 1;
+    const PackedActs first = packed_acts_of(*nodes[0], plan_of(*nodes[0], precise, coarse));
+    size_t n = 1;
+    // Each product's output must not be another's input (the shared x is none of theirs).
+    while (n < nodes.size() && n < kMaxMulMatGroup && packed(*nodes[n]) && nodes[n]->src[1] == nodes[0]->src[1] &&
+           packed_acts_of(*nodes[n], plan_of(*nodes[n], precise, coarse)) == first) {
+        ++n;
+    }
+    return n;
+}
+
+void op_mul_mat_group(std::span<const Tensor* const> nodes, ComputeContext& ctx) {
+    if (nodes[0]->src[1]->nrows() == 0) return;
+    mul_mat_packed(nodes, ctx);
+}
+
 void op_mul_mat(const Tensor& t, ComputeContext& ctx) {
     const Tensor& w = *t.src[0];
     const Tensor& x = *t.src[1];
@@ -144,7 +194,8 @@ void op_mul_mat(const Tensor& t, ComputeContext& ctx) {
     // packed kernels take M >= 1. Every thread sees the same M, so none waits at a barrier.
     if (x.nrows() == 0) return;
     if (w.layout == Layout::Packed16) {
-        mul_mat_packed(t, ctx);
+        const Tensor* one[] = {&t};
+        mul_mat_packed(one, ctx);
         return;
     }
     const TypeKernels& k = kernels(w.type);
