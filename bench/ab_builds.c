@@ -13,7 +13,7 @@
  * Each call is preceded by a 3 ms pause: the idle build's thread pool polls for 2 ms after its
  * last job (thread_pool.cpp) and would take the cores from the other one.
  *
- *   ab_builds LIB_A LIB_B MODEL STEPS [THREADS=2] [PRECISION=0] [PROMPT=1] [DEPTH=0]
+ *   ab_builds LIB_A LIB_B MODEL STEPS [THREADS=2] [PRECISION=0|A,B] [PROMPT=1] [DEPTH=0]
  *   e.g. ab_builds /tmp/a/libkiln.so.0 build/release/src/libkiln.so.0 1b-q4_0.gguf 64
  * PROMPT > 1: each step decodes a PROMPT-token batch from an empty cache (prompt speed);
  * otherwise one token per step at positions DEPTH..DEPTH+255, the cache trimmed back to DEPTH
@@ -23,6 +23,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,12 +70,25 @@ static int parse_int(const char* s, const char* what, int lo, int hi) {
 
 int main(int argc, char** argv) {
     if (argc < 5 || argc > 9) {
-        fprintf(stderr, "usage: ab_builds LIB_A LIB_B MODEL STEPS [THREADS=2] [PRECISION=0] [PROMPT=1] [DEPTH=0]\n");
+        fprintf(stderr, "usage: ab_builds LIB_A LIB_B MODEL STEPS [THREADS=2] [PRECISION=0|A,B] [PROMPT=1] [DEPTH=0]\n");
         return 2;
     }
     const int steps = parse_int(argv[4], "STEPS", 1, 100000);
     const int threads = argc > 5 ? parse_int(argv[5], "THREADS", 1, 1024) : 2;
-    const int precision = argc > 6 ? parse_int(argv[6], "PRECISION", 0, 2) : 0;
+    /* PRECISION: kiln_matmul_precision for both, or "A,B" for each (one build twice: the cost
+     * of a precision mode) */
+    int precision[2] = {0, 0};
+    if (argc > 6) {
+        char pa[16] = {0};
+        const char* comma = strchr(argv[6], ',');
+        if (comma && (size_t)(comma - argv[6]) < sizeof pa) {
+            memcpy(pa, argv[6], (size_t)(comma - argv[6]));
+            precision[0] = parse_int(pa, "PRECISION", 0, 2);
+            precision[1] = parse_int(comma + 1, "PRECISION", 0, 2);
+        } else {
+            precision[0] = precision[1] = parse_int(argv[6], "PRECISION", 0, 2);
+        }
+    }
     const int prompt = argc > 7 ? parse_int(argv[7], "PROMPT", 1, 512) : 1;
     const int depth = argc > 8 ? parse_int(argv[8], "DEPTH", 0, 1 << 20) : 0;
 
@@ -106,7 +120,7 @@ int main(int argc, char** argv) {
         cp.n_ctx = (uint32_t)depth + 512;
         cp.n_batch = cp.n_ubatch = 512;
         cp.n_threads = threads;
-        cp.matmul_precision = precision;
+        cp.matmul_precision = precision[i];
         ctx[i] = b[i].context_new(model, cp);
         if (!ctx[i]) {
             fprintf(stderr, "ab_builds: %s: %s\n", path, b[i].last_error());

@@ -77,11 +77,26 @@ inline void add_blocks(const WeightsPrefetch& wp, const uint8_t* blk, const uint
 #pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) sum[i][j] = _mm512_set1_epi32(xc[j]);
     }
-    auto dot = [&](int i, int c, __m512i w) {
+    // Generation tiles (one or two activation rows) have too few chains: each row's 8 products
+    // of a block go into two accumulators (high nibbles / odd chunks apart), added at the end.
+    constexpr bool kTwoChains = NC <= 2;
+    __m512i sum2[NB][NC];
+    if constexpr (kTwoChains) {
+#pragma GCC unroll 2
+        for (int i = 0; i < NB; ++i) {
+#pragma GCC unroll 8
+            for (int j = 0; j < NC; ++j) sum2[i][j] = _mm512_setzero_si512();
+        }
+    }
+    auto dot = [&](int i, int c, __m512i w, bool second) {
 #pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) {
             const auto* xq = reinterpret_cast<const int32_t*>(xb + i * kActBlockBytes + 32 * j);
-            sum[i][j] = dpbusd_bcast(sum[i][j], w, xq + c);
+            if (kTwoChains && second) {
+                sum2[i][j] = dpbusd_bcast(sum2[i][j], w, xq + c);
+            } else {
+                sum[i][j] = dpbusd_bcast(sum[i][j], w, xq + c);
+            }
         }
     };
 #pragma GCC unroll 8
@@ -90,10 +105,17 @@ inline void add_blocks(const WeightsPrefetch& wp, const uint8_t* blk, const uint
 #pragma GCC unroll 2
         for (int i = 0; i < NB; ++i) L::step(blk + i * L::kBlockBytes, s, a[i], b[i]);
 #pragma GCC unroll 2
-        for (int i = 0; i < NB; ++i) dot(i, s, a[i]);
+        for (int i = 0; i < NB; ++i) dot(i, s, a[i], !kQ4 && (s & 1));
         if constexpr (kQ4) {
 #pragma GCC unroll 2
-            for (int i = 0; i < NB; ++i) dot(i, s + L::kSplit, b[i]);
+            for (int i = 0; i < NB; ++i) dot(i, s + L::kSplit, b[i], true);
+        }
+    }
+    if constexpr (kTwoChains) {
+#pragma GCC unroll 2
+        for (int i = 0; i < NB; ++i) {
+#pragma GCC unroll 8
+            for (int j = 0; j < NC; ++j) sum[i][j] = _mm512_add_epi32(sum[i][j], sum2[i][j]);
         }
     }
 #pragma GCC unroll 2

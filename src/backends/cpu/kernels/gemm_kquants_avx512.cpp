@@ -127,7 +127,17 @@ inline void q4_K_sub_block_sums(const block_q4_Kx16* blk, int j, const uint8_t* 
     q4_K_weights(blk, j, w);
 #pragma GCC unroll 8
     for (int k = 0; k < NC; ++k) sum[k] = _mm512_setzero_si512();
-    dot_chunks<NC, 0, 8>(sum, w, xb);
+    if constexpr (NC <= 2) {  // generation: two chains of 4 per row instead of one of 8
+        __m512i sum2[NC];
+#pragma GCC unroll 2
+        for (int k = 0; k < NC; ++k) sum2[k] = _mm512_setzero_si512();
+        dot_chunks<NC, 0, 4>(sum, w, xb);
+        dot_chunks<NC, 4, 4>(sum2, w, xb);
+#pragma GCC unroll 2
+        for (int k = 0; k < NC; ++k) sum[k] = _mm512_add_epi32(sum[k], sum2[k]);
+    } else {
+        dot_chunks<NC, 0, 8>(sum, w, xb);
+    }
 }
 
 // d * sc of sub-block s (0..15) of a Q6_K super-block.
