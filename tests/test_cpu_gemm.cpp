@@ -290,6 +290,7 @@ TEST(PackedGemmQ4_0, GfniTilesMatchShiftTilesExactly) {
     if (!kiln::cpu::isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 VNNI here";
     kiln::cpu::CpuFeatures f = kiln::cpu::cpu_features();
     f.gfni = false;
+    f.amx_int8 = false;  // the VNNI tiles (the AMX ones are checked against them below)
     const kiln::cpu::PackedKernels* shift = kiln::cpu::detail::packed_avx512(Type::Q4_0, f);
     ASSERT_NE(shift, nullptr);
     if (!kiln::cpu::cpu_features().gfni) GTEST_SKIP() << "no GFNI here";
@@ -324,6 +325,7 @@ TEST(PackedGemmWide, MatchesOneGroupTilesExactly) {
             f.gfni = gfni;
             f.zen4 = false;  // Zen 4 never takes the GFNI tiles; check them here all the same
             f.zen5 = false;
+            f.amx_int8 = false;
             const kiln::cpu::PackedKernels* one = kiln::cpu::detail::packed_avx512(t, f);
             f.zen5 = true;
             const kiln::cpu::PackedKernels* wide = kiln::cpu::detail::packed_avx512(t, f);
@@ -341,6 +343,39 @@ TEST(PackedGemmWide, MatchesOneGroupTilesExactly) {
                         EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
                             << kiln::type_name(t) << " gfni " << gfni << " K " << K << " M " << M << " precise " << precise;
                     }
+                }
+            }
+        }
+    }
+}
+
+// The AMX int8 tiles (gemm_avx512amx.cpp; chosen where CpuFeatures::amx_int8) against the VNNI
+// tiles: the same int32 block sums scaled and added in the same order, so identical bits, on
+// both sides of kAmxMinRows (16 activation rows; precise mode doubles the rows), with an odd
+// number of activation tiles, partial last tiles, odd and even block counts, and an odd number
+// of groups per call (N = 80: run_kernels splits 2 + 3).
+TEST(PackedGemmAmx, MatchesVnniTilesExactly) {
+    if (!kiln::cpu::isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 here";
+    if (!kiln::cpu::cpu_features().amx_int8) GTEST_SKIP() << "no AMX-INT8 here (or KILN_AMX=0)";
+    for (Type t : {Type::Q4_0, Type::Q8_0}) {
+        kiln::cpu::CpuFeatures f = kiln::cpu::cpu_features();
+        f.amx_int8 = false;
+        const kiln::cpu::PackedKernels* vnni = kiln::cpu::detail::packed_avx512(t, f);
+        const kiln::cpu::PackedKernels* amx = kiln::cpu::detail::packed_amx(t);
+        ASSERT_NE(vnni, nullptr);
+        ASSERT_NE(amx, nullptr);
+        ASSERT_EQ(amx, kiln::cpu::packed_kernels(t, Isa::Avx512));
+        for (int64_t K : {32, 96, 160, 2048}) {
+            const int64_t N = 80;
+            const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K + 17));
+            for (int64_t M : {1, 8, 9, 15, 16, 17, 24, 33, 64, 133}) {
+                const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 5 + K));
+                for (bool precise : {false, true}) {
+                    const std::vector<float> a = run_kernels(*vnni, t, w, x, K, N, M, precise);
+                    const std::vector<float> b = run_kernels(*amx, t, w, x, K, N, M, precise);
+                    ASSERT_EQ(a.size(), b.size());
+                    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+                        << kiln::type_name(t) << " K " << K << " M " << M << " precise " << precise;
                 }
             }
         }

@@ -36,6 +36,10 @@
 #include <sys/auxv.h>
 #endif
 #endif
+#if defined(KILN_CPUID_X86) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace kiln::cpu {
 
@@ -98,6 +102,22 @@ unsigned long long xgetbv0() {
 
 inline bool bit(unsigned v, int b) { return (v >> b) & 1u; }
 
+// Reads an environment variable; empty when unset.
+std::string env_string(const char* name);
+
+// Linux hands out the AMX tile data state (8 KiB per thread) only to processes that ask for
+// it; without the grant the first tile instruction faults. The grant is for the whole process,
+// threads started later included. Other systems: not used (no AMX kernels there).
+bool os_grants_amx_tiles() {
+#if defined(__linux__)
+    constexpr long kArchReqXcompPerm = 0x1023;  // arch_prctl code (asm/prctl.h, Linux 5.16)
+    constexpr long kXfeatureXtiledata = 18;     // XSAVE state component 18: TILEDATA
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+}
+
 Detected detect() {
     Detected d;
     const Regs l0 = cpuid(0, 0);
@@ -130,6 +150,11 @@ Detected detect() {
         d.f.avx512vnni = bit(l7.ecx, 11);
         d.f.gfni = bit(l7.ecx, 8);
         if (l7.eax >= 1) d.f.avx512bf16 = bit(cpuid(7, 1).eax, 5);
+        // AMX-TILE (EDX 24) and AMX-INT8 (EDX 25), XCR0 bits 17-18 (TILECFG, TILEDATA).
+        const bool os_amx = (xcr0 & 0x60000) == 0x60000;
+        if (d.f.avx512vnni && bit(l7.edx, 24) && bit(l7.edx, 25) && os_amx && env_string("KILN_AMX") != "0") {
+            d.f.amx_int8 = os_grants_amx_tiles();
+        }
     }
     return d;
 }
@@ -176,22 +201,23 @@ const Detected& detected() {
     return d;
 }
 
-// Reads KILN_CPU; empty when unset.
-std::string env_kiln_cpu() {
+std::string env_string(const char* name) {
 #if defined(_MSC_VER)
     char* buf = nullptr;
     size_t len = 0;
     std::string v;
-    if (_dupenv_s(&buf, &len, "KILN_CPU") == 0 && buf) {
+    if (_dupenv_s(&buf, &len, name) == 0 && buf) {
         v = buf;
         std::free(buf);
     }
     return v;
 #else
-    const char* v = std::getenv("KILN_CPU");
+    const char* v = std::getenv(name);
     return v ? std::string(v) : std::string();
 #endif
 }
+
+std::string env_kiln_cpu() { return env_string("KILN_CPU"); }
 
 std::string supported_list() {
     std::string s;

@@ -286,6 +286,10 @@ const PackedKernels* packed_avx512(Type t, const CpuFeatures& f);
 // The q4_0 kernels of packed_avx512 with GFNI unpacking (gemm_avx512gfni.cpp); packed_avx512
 // returns them where the features say GFNI (wide: with gemm_wide, where they say zen5).
 const PackedKernels* packed_q4_0_avx512gfni(bool wide = false);
+// The AMX int8 kernels for Q4_0 / Q8_0 weights (gemm_avx512amx.cpp), null for other types or
+// where the build has none; packed_avx512 returns them where CpuFeatures::amx_int8. Below
+// kAmxMinRows activation rows they run packed_avx512's VNNI kernels.
+const PackedKernels* packed_amx(Type t);
 // Q4_0 / Q8_0 weights on AVX2 + FMA + F16C (gemm_avx2.cpp).
 const PackedKernels* packed_avx2(Type t, const CpuFeatures& f);
 #endif

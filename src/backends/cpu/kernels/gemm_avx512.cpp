@@ -77,6 +77,9 @@ void quantize_act_avx512(ActAux kind, ActScale scale, const float* x, int64_t K,
 
 const PackedKernels* packed_avx512(Type t, const CpuFeatures& f) {
     if (!f.avx512vnni) return nullptr;
+    if (f.amx_int8) {
+        if (const PackedKernels* k = packed_amx(t)) return k;
+    }
     switch (t) {
         // Zen 4 keeps the shift and mask: its vgf2p8affineqb issues on the two pipes that also
         // run vpdpbusd, the shift and the mask beside them. bench_gemm q4_0 one thread, GFNI ->

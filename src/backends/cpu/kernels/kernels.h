@@ -45,6 +45,10 @@ struct CpuFeatures {
     bool avx2 = false, fma = false, f16c = false;
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
     bool gfni = false;  // vgf2p8affineqb (with AVX-512: on 512-bit registers)
+    // AMX tiles with int8 products (Sapphire Rapids and later), the OS saving the tile state and,
+    // on Linux, granting it to this process (arch_prctl ARCH_REQ_XCOMP_PERM, asked for once at
+    // detection). KILN_AMX=0 in the environment turns it off (A/B runs). Elsewhere: false.
+    bool amx_int8 = false;
     bool neon = false, dotprod = false, i8mm = false;
     bool amd = false;  // vendor AuthenticAMD (tuning only: prefetch_weights and float_weights_prefetch, kernels/gemm.h)
     bool zen5 = false;  // AMD family 1Ah or later (Zen 5; tuning only: gemm_wide, kernels/gemm_avx512_tiles.h)

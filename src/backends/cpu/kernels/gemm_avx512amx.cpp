@@ -1,0 +1,272 @@
+// AMX int8 GEMM for q4_0 and q8_0 weights (gemm.h) in prompts and batched decoding, on CPUs
+// with AMX-INT8 (Intel Sapphire Rapids and later) where the OS grants this process the tile
+// state (CpuFeatures::amx_int8). Fewer activation rows (generation) keep the AVX-512 VNNI tiles
+// of gemm_avx512*.cpp, which stream the weights from memory; so do CPUs without AMX.
+//
+// One tdpbssd multiplies an 8 x 32 tile of int8 activations (one activation tile's rows of one
+// 32-element block, read in place: gemm.h's tiles store them 32 bytes apart) with a 32 x 16
+// tile of int8 weights (one block of a 16-row group) into 8 x 16 int32 sums: the 4,096
+// products that take the VNNI tiles 64 vpdpbusd. The block's scales differ per row and
+// column, so every block's sums leave the tile (tilestored) and are scaled and added in AVX-512
+// registers as the VNNI tiles do (a conversion, a multiply by the activation's d, an FMA with
+// the 16 weight scales): that float work, not the tile unit, sets the pace. The products
+// are bit-identical to the VNNI tiles' (the same int32 sums, the same float operations in the
+// same order; tested).
+//
+// Weights: each 16-row group is unpacked once per activation slice into signed int8 in the
+// tile's layout (row r of the B tile: elements 4r..4r+3 of the 16 weight rows, which is
+// exactly register r of the VNNI tiles) with its 16 scales as floats, so the offset of the
+// packed layout (q + 8, q + 128) needs no correction term.
+#include "backends/cpu/kernels/gemm.h"
+
+// The tiles are compiled where the compiler targets AMX (GCC and clang with -mamx-int8, set
+// for this file by src/CMakeLists.txt); elsewhere packed_amx has none (and amx_int8 is only
+// ever detected on Linux).
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#include <immintrin.h>
+
+// GCC 12's AVX-512 headers trigger -Wmaybe-uninitialized on their own intrinsics (as in
+// gemm_avx512_tiles.h).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include <algorithm>
+#include <memory>
+
+#include "core/quant_blocks.h"
+
+namespace kiln::cpu {
+namespace {
+
+// LDTILECFG's operand: the shape of each tile register (palette 1: 8 tiles of up to 16 rows of
+// 64 bytes).
+struct alignas(64) TileConfig {
+    uint8_t palette = 1;
+    uint8_t start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t colsb[16] = {};  // bytes per row
+    uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64, "LDTILECFG takes 64 bytes");
+
+// Tile registers (the intrinsics take their numbers as literals):
+//   tmm0, tmm1  int32 sums of an even block, activation tiles 0 and 1   8 x 16 (64 bytes a row)
+//   tmm2, tmm3  the same for the odd block (its products overlap the even block's float work)
+//   tmm4, tmm5  activations of tiles 0 and 1: 8 rows x 32 int8           (32 bytes a row)
+//   tmm6, tmm7  weights of the even / odd block: 8 rows x 16 columns x 4 int8 (64 bytes a row)
+TileConfig tile_config() {
+    TileConfig c;
+    for (int i = 0; i < 8; ++i) {
+        c.rows[i] = 8;
+        c.colsb[i] = 64;
+    }
+    c.colsb[4] = c.colsb[5] = 32;
+    return c;
+}
+
+// One unpacked block of a 16-row group: the B tile (8 rows of 64 bytes), then 16 float scales.
+constexpr size_t kTileQuantBytes = kPackRows * 32;
+constexpr size_t kUnpackedBlockBytes = kTileQuantBytes + kPackRows * sizeof(float);
+
+// Activation rows (M * pairs) from which the tiles here run; below, the VNNI tiles. Measured on
+// a Sapphire-Rapids-class Xeon (bench_gemm, one thread, weights in L2): see docs/engine.md.
+constexpr int64_t kAmxMinRows = 16;
+
+// GCC's tile intrinsics are asm statements that declare no memory operands: the compiler may
+// move the stores of unpacked weights below the tileloadd that reads them, or the loads of
+// tilestored sums above the store. The weights are fenced once after unpacking (fence); the
+// sums are stored by tile_store, which names the 8 x 64 bytes it writes, so the compiler orders
+// the loads after it (and the next store into the buffer after them) without a full memory
+// clobber inside the loop, which kept the float accumulators in memory (a load and a store per
+// row and block).
+inline void fence() { compiler_fence(); }
+#define KILN_TILE_STORE(tmm, dst)                                                                                       \
+    asm volatile("tilestored %%tmm" #tmm ", (%1,%2,1)" : "=m"(*reinterpret_cast<int32_t(*)[kActTile * 16]>(dst)) \
+                 : "r"(dst), "r"(int64_t{64}))
+
+// Unpacks nb blocks of a 16-row group (packed layout at wg) into out (kUnpackedBlockBytes each).
+template <bool kQ4>
+void unpack_group(const uint8_t* wg, int64_t nb, uint8_t* out) {
+    constexpr size_t kBlockBytes = kQ4 ? sizeof(block_q4_0x16) : sizeof(block_q8_0x16);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8), sign = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = wg + b * kBlockBytes;
+        uint8_t* o = out + b * kUnpackedBlockBytes;
+        if constexpr (kQ4) {
+            // Chunk s: low nibbles are register s (elements 4s..4s+3), high nibbles register s + 4.
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; ++s) {
+                const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * s);
+                _mm512_store_si512(o + 64 * s, _mm512_sub_epi8(_mm512_and_si512(v, m4), eight));
+                _mm512_store_si512(o + 64 * (s + 4), _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), eight));
+            }
+        } else {
+            // q + 128 -> q: flip the sign bit.
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; ++c) _mm512_store_si512(o + 64 * c, _mm512_xor_si512(_mm512_loadu_si512(blk + 32 + 64 * c), sign));
+        }
+        _mm512_store_ps(o + kTileQuantBytes, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))));
+    }
+}
+
+// Adds one block's int32 sums (8 activation rows x 16 weight rows, 64 bytes a row at c) of the
+// activation tile block xb to acc, as the VNNI tiles do: acc += (float(sum) * d_x) * d_w.
+__attribute__((always_inline)) inline void accumulate(const int32_t* c, const uint8_t* xb, __m512 dw, __m512 (&acc)[kActTile]) {
+    const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
+#pragma GCC unroll 8
+    for (int j = 0; j < kActTile; ++j) {
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * j)), _mm512_set1_ps(xd[j]));
+        acc[j] = _mm512_fmadd_ps(f, dw, acc[j]);
+    }
+}
+
+// One unpacked group (wu, nb blocks) x NT activation tiles (1 or 2; tile 1 at xt + tile_bytes):
+// out[i][j] = the products of activation row j of tile i with the group's 16 rows.
+// The accumulators are locals, written out once at the end.
+template <int NT>
+void group_tiles(const uint8_t* wu, int64_t nb, const uint8_t* xt, size_t tile_bytes, __m512 (&out)[2][kActTile]) {
+    alignas(64) int32_t sums[2][NT][kActTile * 16];  // [even / odd block][tile]
+    __m512 acc0[kActTile], acc1[kActTile];
+#pragma GCC unroll 8
+    for (int j = 0; j < kActTile; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
+    const uint8_t* x0 = xt;
+    const uint8_t* x1 = xt + (NT == 2 ? tile_bytes : 0);
+    // Inlined at every call: one call left out of line made the accumulators addressable, and
+    // GCC kept them in memory throughout (a load and a store per row and block).
+    auto add = [&](const int32_t (&s)[NT][kActTile * 16], int64_t b) __attribute__((always_inline)) {
+        const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(wu + b * kUnpackedBlockBytes + kTileQuantBytes));
+        accumulate(s[0], x0 + b * kActBlockBytes, dw, acc0);
+        if constexpr (NT == 2) accumulate(s[NT - 1], x1 + b * kActBlockBytes, dw, acc1);
+    };
+    // Products into tmm0/tmm1 (even blocks) or tmm2/tmm3 (odd blocks). The tile unit runs its
+    // instructions in order, and a tilestored waits for the product it stores: so each block's
+    // products are issued one step before they are stored, behind the previous block's, and
+    // the float work of a block overlaps the next block's products. Measured against issuing
+    // and storing each block in turn (one thread, K = 2048, two 8-row activation tiles, all in
+    // L1): 22 against 26 ns per block.
+    auto issue_even = [&](int64_t b) __attribute__((always_inline)) {
+        _tile_zero(0);
+        _tile_loadd(6, wu + b * kUnpackedBlockBytes, 64);
+        _tile_loadd(4, x0 + b * kActBlockBytes, 32);
+        _tile_dpbssd(0, 4, 6);
+        if constexpr (NT == 2) {
+            _tile_zero(1);
+            _tile_loadd(5, x1 + b * kActBlockBytes, 32);
+            _tile_dpbssd(1, 5, 6);
+        }
+    };
+    auto issue_odd = [&](int64_t b) __attribute__((always_inline)) {
+        _tile_zero(2);
+        _tile_loadd(7, wu + b * kUnpackedBlockBytes, 64);
+        _tile_loadd(4, x0 + b * kActBlockBytes, 32);
+        _tile_dpbssd(2, 4, 7);
+        if constexpr (NT == 2) {
+            _tile_zero(3);
+            _tile_loadd(5, x1 + b * kActBlockBytes, 32);
+            _tile_dpbssd(3, 5, 7);
+        }
+    };
+    issue_even(0);
+    for (int64_t b = 0; b < nb; b += 2) {
+        if (b + 1 < nb) issue_odd(b + 1);
+        KILN_TILE_STORE(0, sums[0][0]);
+        if constexpr (NT == 2) KILN_TILE_STORE(1, sums[0][NT - 1]);
+        add(sums[0], b);
+        if (b + 2 < nb) issue_even(b + 2);
+        if (b + 1 < nb) {
+            KILN_TILE_STORE(2, sums[1][0]);
+            if constexpr (NT == 2) KILN_TILE_STORE(3, sums[1][NT - 1]);
+            add(sums[1], b + 1);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < kActTile; ++j) {
+        out[0][j] = acc0[j];
+        out[1][j] = acc1[j];
+    }
+}
+
+template <bool kQ4>
+const PackedKernels& vnni_kernels() {
+    static const PackedKernels* const k = [] {
+        CpuFeatures f = cpu_features();
+        f.amx_int8 = false;
+        return detail::packed_avx512(kQ4 ? Type::Q4_0 : Type::Q8_0, f);
+    }();
+    return *k;
+}
+
+template <bool kQ4>
+void gemm_amx(const GemmTask& t) {
+    const int64_t rows = t.M * t.pairs;
+    if (rows < kAmxMinRows) {
+        vnni_kernels<kQ4>().gemm(t);
+        return;
+    }
+    const int64_t nb = t.K / 32;
+    const size_t tile_bytes = act_tile_bytes(t.K);
+    const int64_t n_tiles = (rows + kActTile - 1) / kActTile;
+    // Activation tiles are taken in slices that stay in L2 (as gemm.h's for_each_packed_tile),
+    // in pairs; each group is unpacked once per slice.
+    const int64_t slice = std::max<int64_t>(2, static_cast<int64_t>((size_t{1} << 20) / tile_bytes) & ~int64_t{1});
+    // Not value-initialised (make_unique would zero it): every block is written before use.
+    std::unique_ptr<__m512i[]> wu(new __m512i[static_cast<size_t>(nb) * kUnpackedBlockBytes / sizeof(__m512i)]);
+    auto* wbuf = reinterpret_cast<uint8_t*>(wu.get());
+    const TileConfig cfg = tile_config();
+    _tile_loadconfig(&cfg);
+    for (int64_t s0 = 0; s0 < n_tiles; s0 += slice) {
+        const int64_t s1 = std::min(n_tiles, s0 + slice);
+        for (int64_t g = 0; g < t.n_groups; ++g) {
+            unpack_group<kQ4>(t.w + g * t.w_group_bytes, nb, wbuf);
+            fence();
+            for (int64_t ti = s0; ti < s1; ti += 2) {
+                const int nt = static_cast<int>(std::min<int64_t>(2, s1 - ti));
+                __m512 acc[2][kActTile];
+                const uint8_t* xt = t.x + ti * tile_bytes;
+                if (nt == 2) {
+                    group_tiles<2>(wbuf, nb, xt, tile_bytes, acc);
+                } else {
+                    group_tiles<1>(wbuf, nb, xt, tile_bytes, acc);
+                }
+                for (int i = 0; i < nt; ++i) {
+                    const int64_t r0 = (ti + i) * kActTile;
+                    const int nc = static_cast<int>(std::min<int64_t>(kActTile, rows - r0));
+                    for (int j = 0; j < nc; j += t.pairs) {
+                        float* y = t.y + ((r0 + j) / t.pairs) * t.y_stride + g * kPackRows;
+                        _mm512_storeu_ps(y, t.pairs == 2 ? _mm512_add_ps(acc[i][j], acc[i][j + 1]) : acc[i][j]);
+                    }
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+
+#undef KILN_TILE_STORE
+
+constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_amx<true>};
+constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_amx<false>};
+
+}  // namespace
+
+namespace detail {
+const PackedKernels* packed_amx(Type t) {
+    switch (t) {
+        case Type::Q4_0: return &kQ4_0;
+        case Type::Q8_0: return &kQ8_0;
+        default: return nullptr;
+    }
+}
+}  // namespace detail
+
+#else
+
+namespace detail {
+const PackedKernels* packed_amx(Type) { return nullptr; }
+}  // namespace detail
+
+#endif
+
+}  // namespace kiln::cpu
