@@ -381,6 +381,40 @@ TEST(PackedGemmAmx, MatchesVnniTilesExactly) {
         }
     }
 }
+
+// The AMX-BF16 tiles for F16/BF16 weights (gemm_float_avx512amx.cpp): the batch kernels of the
+// fast path where CpuFeatures::amx_bf16, from kMatrixUnitMinRows rows. They compute the Bf16
+// path's products in another order of float sums, so against the scalar Bf16 path with a
+// tolerance: every row count around the threshold and the 8-row tiles, odd tile and group
+// counts (N = 80: run_kernels splits the 5 groups 2 + 3), partial last tiles, K of 1 to 64 blocks.
+TEST(PackedGemmAmx, Bf16TilesMatchTheBf16Path) {
+    if (!kiln::cpu::isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 here";
+    if (!kiln::cpu::cpu_features().amx_bf16) GTEST_SKIP() << "no AMX-BF16 here (or KILN_AMX=0)";
+    namespace fg = kiln::cpu::float_gemm;
+    for (Type t : {Type::F16, Type::BF16}) {
+        const kiln::cpu::PackedKernels* k = kiln::cpu::packed_kernels(t, Isa::Avx512);
+        ASSERT_NE(k->batch, nullptr);
+        const kiln::cpu::PackedKernels& ref = *fg::detail::float_scalar(t, fg::FastPath::Bf16);
+        for (int64_t K : {32, 96, 2048}) {
+            const int64_t N = 80;
+            const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K + 19));
+            for (int64_t M : {15, 16, 17, 24, 33, 133}) {
+                EXPECT_EQ(kiln::cpu::packed_plan(*k, K, false, M).k == k->batch, M >= kiln::cpu::kMatrixUnitMinRows) << M;
+                const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 7 + K));
+                const std::vector<float> a = run_kernels(*k, t, w, x, K, N, M, false);
+                const std::vector<float> b = run_kernels(ref, t, w, x, K, N, M, false);
+                ASSERT_EQ(a.size(), b.size());
+                if (M < kiln::cpu::kMatrixUnitMinRows) continue;  // the fast path of few rows (Half on FP16 CPUs)
+                double err = 0, norm = 0;
+                for (size_t i = 0; i < a.size(); ++i) {
+                    err += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+                    norm += static_cast<double>(b[i]) * b[i];
+                }
+                EXPECT_LT(std::sqrt(err / norm), 1e-6) << kiln::type_name(t) << " K " << K << " M " << M;
+            }
+        }
+    }
+}
 #endif
 
 // The 16-bit float layouts pack blocks of 32 columns.

@@ -150,10 +150,15 @@ Detected detect() {
         d.f.avx512vnni = bit(l7.ecx, 11);
         d.f.gfni = bit(l7.ecx, 8);
         if (l7.eax >= 1) d.f.avx512bf16 = bit(cpuid(7, 1).eax, 5);
-        // AMX-TILE (EDX 24) and AMX-INT8 (EDX 25), XCR0 bits 17-18 (TILECFG, TILEDATA).
+        // AMX-TILE (EDX 24), AMX-INT8 (EDX 25), AMX-BF16 (EDX 22); XCR0 bits 17-18 (TILECFG,
+        // TILEDATA). The kernels also need AVX-512 VNNI / BF16 for the work around the tiles.
         const bool os_amx = (xcr0 & 0x60000) == 0x60000;
-        if (d.f.avx512vnni && bit(l7.edx, 24) && bit(l7.edx, 25) && os_amx && env_string("KILN_AMX") != "0") {
-            d.f.amx_int8 = os_grants_amx_tiles();
+        if (bit(l7.edx, 24) && os_amx && env_string("KILN_AMX") != "0") {
+            const bool int8 = d.f.avx512vnni && bit(l7.edx, 25), bf16 = d.f.avx512bf16 && bit(l7.edx, 22);
+            if ((int8 || bf16) && os_grants_amx_tiles()) {
+                d.f.amx_int8 = int8;
+                d.f.amx_bf16 = bf16;
+            }
         }
     }
     return d;

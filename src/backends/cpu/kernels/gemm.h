@@ -78,6 +78,8 @@ struct GemmTask {
     int64_t y_stride = 0;        // floats
 };
 
+using GemmFn = void (*)(const GemmTask& t);
+
 struct PackedKernels {
     int32_t offset;  // what the packed layout adds to each quant
     // Converts one row of K floats into column `col` of an activation tile; with_resid also
@@ -98,7 +100,15 @@ struct PackedKernels {
     // per block for its prompts: the coarser scales cost 2.5 x the KL divergence on Gemma 3
     // (docs/engine.md). Null: these kernels.
     const PackedKernels* coarse = nullptr;
+    // Kernels fast mode takes for kMatrixUnitMinRows output rows or more, where they differ:
+    // matrix-unit tiles with an activation format of their own (F16/BF16 weights through
+    // AMX-BF16, gemm_float_avx512amx.cpp). Null: these kernels. (The AMX int8 tiles share the
+    // q8 tiles, and choose by rows inside their gemm.)
+    const PackedKernels* batch = nullptr;
 };
+// Activation rows from which the matrix-unit (AMX) tiles run: below, one weight block's trip
+// into the tile unit (and, for F16 and the 4-bit types, its conversion) feeds too few rows.
+constexpr int64_t kMatrixUnitMinRows = 16;
 
 // What one matmul runs: the kernels of its precision mode and their activation layout.
 struct PackedPlan {
@@ -112,6 +122,7 @@ inline PackedPlan packed_plan(const PackedKernels& pk, int64_t K, bool precise, 
     const PackedKernels* k = precise && pk.precise ? pk.precise : &pk;
     const int pairs = precise && !pk.precise ? 2 : 1;
     if (coarse && !precise && k->coarse && rows > kActTile) k = k->coarse;
+    if (!precise && k->batch && rows >= kMatrixUnitMinRows) k = k->batch;
     return {.k = k, .pairs = pairs, .tile_bytes = k->tile_bytes ? k->tile_bytes(K) : act_tile_bytes(K)};
 }
 // Scratch bytes for `rows` output rows of one matmul (every plan of a size takes the same).

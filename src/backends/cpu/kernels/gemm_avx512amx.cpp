@@ -35,56 +35,15 @@
 #include <algorithm>
 #include <memory>
 
+#include "backends/cpu/kernels/amx_tiles.h"
 #include "core/quant_blocks.h"
 
 namespace kiln::cpu {
 namespace {
 
-// LDTILECFG's operand: the shape of each tile register (palette 1: 8 tiles of up to 16 rows of
-// 64 bytes).
-struct alignas(64) TileConfig {
-    uint8_t palette = 1;
-    uint8_t start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {};  // bytes per row
-    uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64, "LDTILECFG takes 64 bytes");
-
-// Tile registers (the intrinsics take their numbers as literals):
-//   tmm0, tmm1  int32 sums of an even block, activation tiles 0 and 1   8 x 16 (64 bytes a row)
-//   tmm2, tmm3  the same for the odd block (its products overlap the even block's float work)
-//   tmm4, tmm5  activations of tiles 0 and 1: 8 rows x 32 int8           (32 bytes a row)
-//   tmm6, tmm7  weights of the even / odd block: 8 rows x 16 columns x 4 int8 (64 bytes a row)
-TileConfig tile_config() {
-    TileConfig c;
-    for (int i = 0; i < 8; ++i) {
-        c.rows[i] = 8;
-        c.colsb[i] = 64;
-    }
-    c.colsb[4] = c.colsb[5] = 32;
-    return c;
-}
-
 // One unpacked block of a 16-row group: the B tile (8 rows of 64 bytes), then 16 float scales.
 constexpr size_t kTileQuantBytes = kPackRows * 32;
 constexpr size_t kUnpackedBlockBytes = kTileQuantBytes + kPackRows * sizeof(float);
-
-// Activation rows (M * pairs) from which the tiles here run; below, the VNNI tiles. Measured on
-// a Sapphire-Rapids-class Xeon (bench_gemm, one thread, weights in L2): see docs/engine.md.
-constexpr int64_t kAmxMinRows = 16;
-
-// GCC's tile intrinsics are asm statements that declare no memory operands: the compiler may
-// move the stores of unpacked weights below the tileloadd that reads them, or the loads of
-// tilestored sums above the store. The weights are fenced once after unpacking (fence); the
-// sums are stored by tile_store, which names the 8 x 64 bytes it writes, so the compiler orders
-// the loads after it (and the next store into the buffer after them) without a full memory
-// clobber inside the loop, which kept the float accumulators in memory (a load and a store per
-// row and block).
-inline void fence() { compiler_fence(); }
-#define KILN_TILE_STORE(tmm, dst)                                                                                       \
-    asm volatile("tilestored %%tmm" #tmm ", (%1,%2,1)" : "=m"(*reinterpret_cast<int32_t(*)[kActTile * 16]>(dst)) \
-                 : "r"(dst), "r"(int64_t{64}))
 
 // Unpacks nb blocks of a 16-row group (packed layout at wg) into out (kUnpackedBlockBytes each).
 template <bool kQ4>
@@ -123,68 +82,27 @@ __attribute__((always_inline)) inline void accumulate(const int32_t* c, const ui
 }
 
 // One unpacked group (wu, nb blocks) x NT activation tiles (1 or 2; tile 1 at xt + tile_bytes):
-// out[i][j] = the products of activation row j of tile i with the group's 16 rows.
-// The accumulators are locals, written out once at the end.
+// out[i][j] = the products of activation row j of tile i with the group's 16 rows. The
+// accumulators are locals, written out once at the end.
 template <int NT>
 void group_tiles(const uint8_t* wu, int64_t nb, const uint8_t* xt, size_t tile_bytes, __m512 (&out)[2][kActTile]) {
-    alignas(64) int32_t sums[2][NT][kActTile * 16];  // [even / odd block][tile]
-    __m512 acc0[kActTile], acc1[kActTile];
-#pragma GCC unroll 8
-    for (int j = 0; j < kActTile; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
-    const uint8_t* x0 = xt;
-    const uint8_t* x1 = xt + (NT == 2 ? tile_bytes : 0);
-    // Inlined at every call: one call left out of line made the accumulators addressable, and
-    // GCC kept them in memory throughout (a load and a store per row and block).
-    auto add = [&](const int32_t (&s)[NT][kActTile * 16], int64_t b) __attribute__((always_inline)) {
-        const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(wu + b * kUnpackedBlockBytes + kTileQuantBytes));
-        accumulate(s[0], x0 + b * kActBlockBytes, dw, acc0);
-        if constexpr (NT == 2) accumulate(s[NT - 1], x1 + b * kActBlockBytes, dw, acc1);
-    };
-    // Products into tmm0/tmm1 (even blocks) or tmm2/tmm3 (odd blocks). The tile unit runs its
-    // instructions in order, and a tilestored waits for the product it stores: so each block's
-    // products are issued one step before they are stored, behind the previous block's, and
-    // the float work of a block overlaps the next block's products. Measured against issuing
-    // and storing each block in turn (one thread, K = 2048, two 8-row activation tiles, all in
-    // L1): 22 against 26 ns per block.
-    auto issue_even = [&](int64_t b) __attribute__((always_inline)) {
-        _tile_zero(0);
-        _tile_loadd(6, wu + b * kUnpackedBlockBytes, 64);
-        _tile_loadd(4, x0 + b * kActBlockBytes, 32);
-        _tile_dpbssd(0, 4, 6);
-        if constexpr (NT == 2) {
-            _tile_zero(1);
-            _tile_loadd(5, x1 + b * kActBlockBytes, 32);
-            _tile_dpbssd(1, 5, 6);
+    struct Blocks {
+        const uint8_t* wu;
+        const uint8_t* x0;
+        const uint8_t* x1;
+        __m512 acc0[kActTile], acc1[kActTile];
+        const uint8_t* weights(int64_t b) const { return wu + b * kUnpackedBlockBytes; }
+        __attribute__((always_inline)) void add(const BlockSums<NT>& s, int64_t b) {
+            const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(weights(b) + kTileQuantBytes));
+            accumulate(s[0], x0 + b * kActBlockBytes, dw, acc0);
+            if constexpr (NT == 2) accumulate(s[NT - 1], x1 + b * kActBlockBytes, dw, acc1);
         }
-    };
-    auto issue_odd = [&](int64_t b) __attribute__((always_inline)) {
-        _tile_zero(2);
-        _tile_loadd(7, wu + b * kUnpackedBlockBytes, 64);
-        _tile_loadd(4, x0 + b * kActBlockBytes, 32);
-        _tile_dpbssd(2, 4, 7);
-        if constexpr (NT == 2) {
-            _tile_zero(3);
-            _tile_loadd(5, x1 + b * kActBlockBytes, 32);
-            _tile_dpbssd(3, 5, 7);
-        }
-    };
-    issue_even(0);
-    for (int64_t b = 0; b < nb; b += 2) {
-        if (b + 1 < nb) issue_odd(b + 1);
-        KILN_TILE_STORE(0, sums[0][0]);
-        if constexpr (NT == 2) KILN_TILE_STORE(1, sums[0][NT - 1]);
-        add(sums[0], b);
-        if (b + 2 < nb) issue_even(b + 2);
-        if (b + 1 < nb) {
-            KILN_TILE_STORE(2, sums[1][0]);
-            if constexpr (NT == 2) KILN_TILE_STORE(3, sums[1][NT - 1]);
-            add(sums[1], b + 1);
-        }
-    }
+    } blocks{wu, xt, xt + (NT == 2 ? tile_bytes : 0), {}, {}};
+    run_block_products<NT, false>(blocks, nb, blocks.x0, blocks.x1);
 #pragma GCC unroll 8
     for (int j = 0; j < kActTile; ++j) {
-        out[0][j] = acc0[j];
-        out[1][j] = acc1[j];
+        out[0][j] = blocks.acc0[j];
+        out[1][j] = blocks.acc1[j];
     }
 }
 
@@ -201,7 +119,7 @@ const PackedKernels& vnni_kernels() {
 template <bool kQ4>
 void gemm_amx(const GemmTask& t) {
     const int64_t rows = t.M * t.pairs;
-    if (rows < kAmxMinRows) {
+    if (rows < kMatrixUnitMinRows) {  // activation rows (precise mode: rows and residuals)
         vnni_kernels<kQ4>().gemm(t);
         return;
     }
@@ -214,13 +132,13 @@ void gemm_amx(const GemmTask& t) {
     // Not value-initialised (make_unique would zero it): every block is written before use.
     std::unique_ptr<__m512i[]> wu(new __m512i[static_cast<size_t>(nb) * kUnpackedBlockBytes / sizeof(__m512i)]);
     auto* wbuf = reinterpret_cast<uint8_t*>(wu.get());
-    const TileConfig cfg = tile_config();
+    const TileConfig cfg = q8_tile_config();
     _tile_loadconfig(&cfg);
     for (int64_t s0 = 0; s0 < n_tiles; s0 += slice) {
         const int64_t s1 = std::min(n_tiles, s0 + slice);
         for (int64_t g = 0; g < t.n_groups; ++g) {
             unpack_group<kQ4>(t.w + g * t.w_group_bytes, nb, wbuf);
-            fence();
+            compiler_fence();  // tileloadd declares no memory operand: the stores go first
             for (int64_t ti = s0; ti < s1; ti += 2) {
                 const int nt = static_cast<int>(std::min<int64_t>(2, s1 - ti));
                 __m512 acc[2][kActTile];
@@ -243,8 +161,6 @@ void gemm_amx(const GemmTask& t) {
     }
     _tile_release();
 }
-
-#undef KILN_TILE_STORE
 
 constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_amx<true>};
 constexpr PackedKernels kQ8_0{.offset = 128, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_amx<false>};

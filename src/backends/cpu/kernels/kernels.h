@@ -49,6 +49,7 @@ struct CpuFeatures {
     // on Linux, granting it to this process (arch_prctl ARCH_REQ_XCOMP_PERM, asked for once at
     // detection). KILN_AMX=0 in the environment turns it off (A/B runs). Elsewhere: false.
     bool amx_int8 = false;
+    bool amx_bf16 = false;  // AMX tiles with BF16 products, on the same terms as amx_int8
     bool neon = false, dotprod = false, i8mm = false;
     bool amd = false;  // vendor AuthenticAMD (tuning only: prefetch_weights and float_weights_prefetch, kernels/gemm.h)
     bool zen5 = false;  // AMD family 1Ah or later (Zen 5; tuning only: gemm_wide, kernels/gemm_avx512_tiles.h)
