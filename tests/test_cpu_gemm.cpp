@@ -349,33 +349,37 @@ TEST(PackedGemmWide, MatchesOneGroupTilesExactly) {
     }
 }
 
-// The AMX int8 tiles (gemm_avx512amx.cpp; chosen where CpuFeatures::amx_int8) against the VNNI
-// tiles: the same int32 block sums scaled and added in the same order, so identical bits, on
-// both sides of kAmxMinRows (16 activation rows; precise mode doubles the rows), with an odd
-// number of activation tiles, partial last tiles, odd and even block counts, and an odd number
-// of groups per call (N = 80: run_kernels splits 2 + 3).
+// The AMX int8 tiles (gemm_avx512amx.cpp, gemm_kquants_avx512amx.cpp; chosen where
+// CpuFeatures::amx_int8) against the VNNI tiles: the same int32 block sums scaled and added in
+// the same order, so identical bits, on both sides of kMatrixUnitMinRows (precise mode doubles
+// the rows), with an odd number of activation tiles, partial last tiles, odd and even block
+// counts, an odd number of groups per call (N = 80: run_kernels splits 2 + 3), and for Q4_K
+// both activation scalings (coarse: fast mode's d per super-block).
 TEST(PackedGemmAmx, MatchesVnniTilesExactly) {
     if (!kiln::cpu::isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 here";
     if (!kiln::cpu::cpu_features().amx_int8) GTEST_SKIP() << "no AMX-INT8 here (or KILN_AMX=0)";
-    for (Type t : {Type::Q4_0, Type::Q8_0}) {
+    for (Type t : {Type::Q4_0, Type::Q8_0, Type::Q4_K}) {
+        const bool kq = t == Type::Q4_K;
         kiln::cpu::CpuFeatures f = kiln::cpu::cpu_features();
         f.amx_int8 = false;
-        const kiln::cpu::PackedKernels* vnni = kiln::cpu::detail::packed_avx512(t, f);
-        const kiln::cpu::PackedKernels* amx = kiln::cpu::detail::packed_amx(t);
+        const kiln::cpu::PackedKernels* vnni = kq ? kiln::cpu::detail::packed_kquants_avx512(t, f) : kiln::cpu::detail::packed_avx512(t, f);
+        const kiln::cpu::PackedKernels* amx = kq ? kiln::cpu::detail::packed_kquants_amx(t) : kiln::cpu::detail::packed_amx(t);
         ASSERT_NE(vnni, nullptr);
         ASSERT_NE(amx, nullptr);
         ASSERT_EQ(amx, kiln::cpu::packed_kernels(t, Isa::Avx512));
-        for (int64_t K : {32, 96, 160, 2048}) {
+        const std::vector<int64_t> ks = kq ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 160, 2048};
+        for (int64_t K : ks) {
             const int64_t N = 80;
             const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K + 17));
             for (int64_t M : {1, 8, 9, 15, 16, 17, 24, 33, 64, 133}) {
                 const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 5 + K));
-                for (bool precise : {false, true}) {
-                    const std::vector<float> a = run_kernels(*vnni, t, w, x, K, N, M, precise);
-                    const std::vector<float> b = run_kernels(*amx, t, w, x, K, N, M, precise);
+                for (auto [precise, coarse] : {std::pair{false, false}, {true, false}, {false, true}}) {
+                    if (coarse && !kq) continue;
+                    const std::vector<float> a = run_kernels(*vnni, t, w, x, K, N, M, precise, coarse);
+                    const std::vector<float> b = run_kernels(*amx, t, w, x, K, N, M, precise, coarse);
                     ASSERT_EQ(a.size(), b.size());
                     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
-                        << kiln::type_name(t) << " K " << K << " M " << M << " precise " << precise;
+                        << kiln::type_name(t) << " K " << K << " M " << M << " precise " << precise << " coarse " << coarse;
                 }
             }
         }

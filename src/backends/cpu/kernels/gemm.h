@@ -314,6 +314,15 @@ const PackedKernels* packed_float_avx2(Type t, const CpuFeatures& f);
 const PackedKernels* packed_kquants_scalar(Type t);
 #if defined(KILN_ARCH_X86)
 const PackedKernels* packed_kquants_avx512(Type t, const CpuFeatures& f);
+// The AMX int8 kernels for Q4_K weights (gemm_kquants_avx512amx.cpp), null for other types or
+// where the build has none; packed_kquants_avx512 returns them where CpuFeatures::amx_int8.
+const PackedKernels* packed_kquants_amx(Type t);
+// A Q4_K / Q6_K group decoded for prompts by the AVX-512 kernels (gemm_kquants_avx512.cpp):
+// per super-block 64 registers of 8-bit quants (register 8j + c: elements 4c..4c+3 of sub-block
+// j, or for Q6_K of 32-element block j, in the 16 rows), then 16 float scale vectors (Q4_K:
+// d * sc of the 8 sub-blocks, then dmin * m; Q6_K: d * sc of the 16 sub-blocks).
+constexpr size_t kKQuantDecodedBytes = 64 * 64 + 16 * 64;
+void decode_kquant_group_avx512(Type t, const uint8_t* wg, int64_t nsb, uint8_t* dst);
 const PackedKernels* packed_kquants_avx2(Type t, const CpuFeatures& f);
 #endif
 }  // namespace detail

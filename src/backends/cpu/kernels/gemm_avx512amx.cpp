@@ -81,24 +81,23 @@ __attribute__((always_inline)) inline void accumulate(const int32_t* c, const ui
     }
 }
 
-// One unpacked group (wu, nb blocks) x NT activation tiles (1 or 2; tile 1 at xt + tile_bytes):
-// out[i][j] = the products of activation row j of tile i with the group's 16 rows. The
-// accumulators are locals, written out once at the end.
-template <int NT>
-void group_tiles(const uint8_t* wu, int64_t nb, const uint8_t* xt, size_t tile_bytes, __m512 (&out)[2][kActTile]) {
+// One unpacked group (wu, nb blocks) x a pair of activation tiles (a16: their quants side by
+// side; x0, x1: the tiles, for their scales): out[i][j] = the products of activation row j of
+// tile i with the group's 16 rows. The accumulators are locals, written out once at the end.
+void group_tiles(const uint8_t* wu, int64_t nb, const uint8_t* a16, const uint8_t* x0, const uint8_t* x1, __m512 (&out)[2][kActTile]) {
     struct Blocks {
         const uint8_t* wu;
         const uint8_t* x0;
         const uint8_t* x1;
         __m512 acc0[kActTile], acc1[kActTile];
         const uint8_t* weights(int64_t b) const { return wu + b * kUnpackedBlockBytes; }
-        __attribute__((always_inline)) void add(const BlockSums<NT>& s, int64_t b) {
+        __attribute__((always_inline)) void add(const BlockSums& s, int64_t b) {
             const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(weights(b) + kTileQuantBytes));
             accumulate(s[0], x0 + b * kActBlockBytes, dw, acc0);
-            if constexpr (NT == 2) accumulate(s[NT - 1], x1 + b * kActBlockBytes, dw, acc1);
+            accumulate(s[1], x1 + b * kActBlockBytes, dw, acc1);
         }
-    } blocks{wu, xt, xt + (NT == 2 ? tile_bytes : 0), {}, {}};
-    run_block_products<NT, false>(blocks, nb, blocks.x0, blocks.x1);
+    } blocks{wu, x0, x1, {}, {}};
+    run_block_products<false>(blocks, nb, a16);
 #pragma GCC unroll 8
     for (int j = 0; j < kActTile; ++j) {
         out[0][j] = blocks.acc0[j];
@@ -124,42 +123,9 @@ void gemm_amx(const GemmTask& t) {
         return;
     }
     const int64_t nb = t.K / 32;
-    const size_t tile_bytes = act_tile_bytes(t.K);
-    const int64_t n_tiles = (rows + kActTile - 1) / kActTile;
-    // Activation tiles are taken in slices that stay in L2 (as gemm.h's for_each_packed_tile),
-    // in pairs; each group is unpacked once per slice.
-    const int64_t slice = std::max<int64_t>(2, static_cast<int64_t>((size_t{1} << 20) / tile_bytes) & ~int64_t{1});
-    // Not value-initialised (make_unique would zero it): every block is written before use.
-    std::unique_ptr<__m512i[]> wu(new __m512i[static_cast<size_t>(nb) * kUnpackedBlockBytes / sizeof(__m512i)]);
-    auto* wbuf = reinterpret_cast<uint8_t*>(wu.get());
-    const TileConfig cfg = q8_tile_config();
-    _tile_loadconfig(&cfg);
-    for (int64_t s0 = 0; s0 < n_tiles; s0 += slice) {
-        const int64_t s1 = std::min(n_tiles, s0 + slice);
-        for (int64_t g = 0; g < t.n_groups; ++g) {
-            unpack_group<kQ4>(t.w + g * t.w_group_bytes, nb, wbuf);
-            compiler_fence();  // tileloadd declares no memory operand: the stores go first
-            for (int64_t ti = s0; ti < s1; ti += 2) {
-                const int nt = static_cast<int>(std::min<int64_t>(2, s1 - ti));
-                __m512 acc[2][kActTile];
-                const uint8_t* xt = t.x + ti * tile_bytes;
-                if (nt == 2) {
-                    group_tiles<2>(wbuf, nb, xt, tile_bytes, acc);
-                } else {
-                    group_tiles<1>(wbuf, nb, xt, tile_bytes, acc);
-                }
-                for (int i = 0; i < nt; ++i) {
-                    const int64_t r0 = (ti + i) * kActTile;
-                    const int nc = static_cast<int>(std::min<int64_t>(kActTile, rows - r0));
-                    for (int j = 0; j < nc; j += t.pairs) {
-                        float* y = t.y + ((r0 + j) / t.pairs) * t.y_stride + g * kPackRows;
-                        _mm512_storeu_ps(y, t.pairs == 2 ? _mm512_add_ps(acc[i][j], acc[i][j + 1]) : acc[i][j]);
-                    }
-                }
-            }
-        }
-    }
-    _tile_release();
+    amx_q8_gemm(
+        t, q8_tile_config(), static_cast<size_t>(nb) * kUnpackedBlockBytes, [&](const uint8_t* wg, uint8_t* buf) { unpack_group<kQ4>(wg, nb, buf); },
+        [&](const uint8_t* buf, const uint8_t* a16, const uint8_t* x0, const uint8_t* x1, __m512(&acc)[2][kActTile]) { group_tiles(buf, nb, a16, x0, x1, acc); });
 }
 
 constexpr PackedKernels kQ4_0{.offset = 8, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_amx<true>};

@@ -327,7 +327,7 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
 // quants and float scale vectors (kDecodedBytes per super-block), which every activation
 // tile then reads: per activation block and row only the products and the scale FMAs remain.
 // Per super-block: 64 registers of quants (64 x 64 bytes), then 16 scale vectors.
-constexpr size_t kDecodedBytes = 64 * 64 + 16 * 64;
+constexpr size_t kDecodedBytes = detail::kKQuantDecodedBytes;
 
 void decode_q4_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
     auto* out = reinterpret_cast<__m512i*>(dst);
@@ -546,10 +546,21 @@ constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_
 namespace detail {
 const PackedKernels* packed_kquants_avx512(Type t, const CpuFeatures& f) {
     if (!f.avx512vnni) return nullptr;
+    if (f.amx_int8) {
+        if (const PackedKernels* k = packed_kquants_amx(t)) return k;
+    }
     switch (t) {
         case Type::Q4_K: return &kQ4_K;
         case Type::Q6_K: return &kQ6_K;
         default: return nullptr;
+    }
+}
+
+void decode_kquant_group_avx512(Type t, const uint8_t* wg, int64_t nsb, uint8_t* dst) {
+    if (t == Type::Q4_K) {
+        decode_q4_K(wg, nsb, dst);
+    } else {
+        decode_q6_K(wg, nsb, dst);
     }
 }
 }  // namespace detail
