@@ -67,12 +67,15 @@ void run_packed_gemm(benchmark::State& state, Type t, int64_t N) {
     for (auto& v : x) v = nd(rng);
     for (int64_t m = 0; m < M; ++m) {
         const int64_t a = m * pairs;
-        pk.quantize_act(x.data() + m * K, K, pk.offset, xq.data() + (a / kiln::cpu::kActTile) * plan.tile_bytes,
-                        static_cast<int>(a % kiln::cpu::kActTile), pairs == 2);
+        pk.quantize_act(x.data() + m * K, K, pk.offset, xq.data() + (a / plan.tile_rows) * plan.tile_bytes,
+                        static_cast<int>(a % plan.tile_rows), pairs == 2);
     }
     std::vector<float> y(N * M);
+    // The kernels' per-thread scratch (GemmTask::scratch), 64-byte aligned.
+    std::vector<uint8_t> scratch(pk.gemm_scratch_bytes ? pk.gemm_scratch_bytes(K) + 64 : 0);
+    uint8_t* scratch_at = scratch.empty() ? nullptr : scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
     kiln::cpu::GemmTask task{.K = K, .w = packed.data(), .w_group_bytes = rb * kiln::kPackRows, .n_groups = N / kiln::kPackRows,
-                                   .x = xq.data(), .M = M, .pairs = pairs, .y = y.data(), .y_stride = N};
+                                   .x = xq.data(), .M = M, .pairs = pairs, .y = y.data(), .y_stride = N, .scratch = scratch_at};
     size_t copy = 0;
     for (auto _ : state) {
         task.w = packed.data() + copy * rb * N;

@@ -74,19 +74,22 @@ std::vector<float> run_kernels(const kiln::cpu::PackedKernels& kernels, Type t, 
     std::vector<uint8_t> xq(kiln::cpu::packed_act_bytes(kernels, K, M, precise));
     for (int64_t m = 0; m < M; ++m) {
         const int64_t a = m * pairs;
-        pk.quantize_act(x.data() + m * K, K, pk.offset, xq.data() + (a / kiln::cpu::kActTile) * tb,
-                        static_cast<int>(a % kiln::cpu::kActTile), pairs == 2);
+        pk.quantize_act(x.data() + m * K, K, pk.offset, xq.data() + (a / plan.tile_rows) * tb,
+                        static_cast<int>(a % plan.tile_rows), pairs == 2);
     }
     const int64_t y_stride = N + 5;  // strided output rows
     std::vector<float> y(static_cast<size_t>(y_stride * M), -1.0f);
     const size_t gb = kiln::row_size(t, K) * kiln::kPackRows;
+    // The kernels' per-thread scratch (GemmTask::scratch), 64-byte aligned.
+    std::vector<uint8_t> scratch(pk.gemm_scratch_bytes ? pk.gemm_scratch_bytes(K) + 64 : 0);
+    uint8_t* scratch_at = scratch.empty() ? nullptr : scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
     // Two calls over different group ranges, as two threads would split them.
     const int64_t groups = N / kiln::kPackRows, half = groups / 2;
     for (auto [g0, g1] : {std::pair<int64_t, int64_t>{0, half}, {half, groups}}) {
         if (g0 == g1) continue;
         pk.gemm(kiln::cpu::GemmTask{.K = K, .w = w.packed.data() + g0 * gb, .w_group_bytes = gb, .n_groups = g1 - g0,
                                     .x = xq.data(), .M = M, .pairs = pairs,
-                                    .y = y.data() + g0 * kiln::kPackRows, .y_stride = y_stride});
+                                    .y = y.data() + g0 * kiln::kPackRows, .y_stride = y_stride, .scratch = scratch_at});
     }
     std::vector<float> out;
     for (int64_t m = 0; m < M; ++m) out.insert(out.end(), y.begin() + m * y_stride, y.begin() + m * y_stride + N);
@@ -363,10 +366,10 @@ TEST(PackedGemmAmx, MatchesVnniTilesExactly) {
         kiln::cpu::CpuFeatures f = kiln::cpu::cpu_features();
         f.amx_int8 = false;
         const kiln::cpu::PackedKernels* vnni = kq ? kiln::cpu::detail::packed_kquants_avx512(t, f) : kiln::cpu::detail::packed_avx512(t, f);
-        const kiln::cpu::PackedKernels* amx = kq ? kiln::cpu::detail::packed_kquants_amx(t) : kiln::cpu::detail::packed_amx(t);
+        const kiln::cpu::PackedKernels* amx = kiln::cpu::packed_kernels(t, Isa::Avx512);  // the VNNI kernels with AMX batch kernels
         ASSERT_NE(vnni, nullptr);
-        ASSERT_NE(amx, nullptr);
-        ASSERT_EQ(amx, kiln::cpu::packed_kernels(t, Isa::Avx512));
+        ASSERT_NE(amx->batch, nullptr);
+        ASSERT_EQ(amx->batch, kq ? kiln::cpu::detail::packed_kquants_amx(t) : kiln::cpu::detail::packed_amx(t));
         const std::vector<int64_t> ks = kq ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 160, 2048};
         for (int64_t K : ks) {
             const int64_t N = 80;
@@ -375,6 +378,8 @@ TEST(PackedGemmAmx, MatchesVnniTilesExactly) {
                 const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 5 + K));
                 for (auto [precise, coarse] : {std::pair{false, false}, {true, false}, {false, true}}) {
                     if (coarse && !kq) continue;
+                    const kiln::cpu::PackedPlan plan = kiln::cpu::packed_plan(*amx, K, precise, M, coarse);
+                    EXPECT_EQ(plan.tile_rows == kiln::cpu::kMatrixTileRows, M * plan.pairs >= kiln::cpu::kMatrixUnitMinRows) << M;
                     const std::vector<float> a = run_kernels(*vnni, t, w, x, K, N, M, precise, coarse);
                     const std::vector<float> b = run_kernels(*amx, t, w, x, K, N, M, precise, coarse);
                     ASSERT_EQ(a.size(), b.size());

@@ -59,7 +59,11 @@ size_t scratch_bytes(const Tensor& node, int nth, bool precise) {
     switch (node.op) {
         case Op::MulMat: {
             if (node.src[0]->layout == Layout::Packed16) {
-                return packed_act_bytes(*packed_kernels(node.src[0]->type), node.src[1]->ne[0], node.src[1]->nrows(), precise);
+                const PackedKernels& pk = *packed_kernels(node.src[0]->type);
+                const int64_t K = node.src[1]->ne[0], M = node.src[1]->nrows();
+                // The activation tiles, then (from a cache line boundary) each thread's gemm scratch.
+                const size_t per_thread = packed_gemm_scratch_bytes(pk, K, M, precise);
+                return packed_act_bytes(pk, K, M, precise) + (per_thread ? 64 + static_cast<size_t>(nth) * per_thread : 0);
             }
             if (!needs_conversion(node)) return 0;
             const Type vt = kernels(node.src[0]->type).vec_dot_type;
@@ -131,7 +135,16 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
         const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
         const int64_t a = r * plan.pairs;  // activation row (and a + 1 for its residual)
         plan.k->quantize_act(reinterpret_cast<const float*>(x.row(i1, i2, i3)), K, plan.k->offset,
-                             ctx.scratch + static_cast<size_t>(a / kActTile) * plan.tile_bytes, static_cast<int>(a % kActTile), plan.pairs == 2);
+                             ctx.scratch + static_cast<size_t>(a / plan.tile_rows) * plan.tile_bytes, static_cast<int>(a % plan.tile_rows), plan.pairs == 2);
+    }
+    // This thread's gemm scratch (scratch_bytes: after the activations, from a cache line), the
+    // largest any product of the group takes.
+    size_t per_thread = 0;
+    for (size_t i = 0; i < n_parts; ++i) per_thread = std::max(per_thread, packed_gemm_scratch_bytes(*packed_kernels(ts[i]->src[0]->type), K, M, ctx.precise));
+    uint8_t* gemm_scratch = nullptr;
+    if (per_thread) {
+        const auto end = reinterpret_cast<uintptr_t>(ctx.scratch + static_cast<size_t>((M * plan.pairs + plan.tile_rows - 1) / plan.tile_rows) * plan.tile_bytes);
+        gemm_scratch = reinterpret_cast<uint8_t*>((end + 63) / 64 * 64) + static_cast<size_t>(ctx.ith) * per_thread;
     }
     if (ctx.acts) *ctx.acts = acts;
     const int64_t chunk = matmul_chunk_groups(n_groups, ctx.nth);
@@ -152,7 +165,8 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
                                 .M = M,
                                 .pairs = plan.pairs,
                                 .y = p.y + l0 * kPackRows,
-                                .y_stride = p.y_stride});
+                                .y_stride = p.y_stride,
+                                .scratch = gemm_scratch});
             g0 = e;
         }
     };

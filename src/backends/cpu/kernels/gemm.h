@@ -27,6 +27,12 @@ constexpr size_t kActBlockBytes = kActTile * (32 + sizeof(float) + sizeof(int32_
 
 // Bytes of one tile of K-element rows.
 inline size_t act_tile_bytes(int64_t K) { return static_cast<size_t>(K / 32) * kActBlockBytes; }
+// The same layout with kMatrixTileRows rows per tile, for the matrix-unit (AMX int8) kernels:
+// one block's quants of all rows are then a 16 x 32 tile operand, 32 bytes a row, read in
+// place (PackedKernels::tile_rows).
+constexpr int kMatrixTileRows = 16;
+constexpr size_t kMatrixActBlockBytes = kMatrixTileRows * (32 + sizeof(float) + sizeof(int32_t));
+inline size_t matrix_act_tile_bytes(int64_t K) { return static_cast<size_t>(K / 32) * kMatrixActBlockBytes; }
 // Bytes for `rows` activation rows.
 inline size_t act_bytes(int64_t K, int64_t rows) { return act_tile_bytes(K) * static_cast<size_t>((rows + kActTile - 1) / kActTile); }
 
@@ -43,10 +49,10 @@ enum class ActAux : uint8_t {
 // the K-quant prompt kernels of fast precision read it once per super-block instead, which
 // saves a multiply per block and row (PackedKernels::coarse). K must be a multiple of 256.
 enum class ActScale : uint8_t { Block, SuperBlock };
-// Writes column col's third field of a tile block from the column's d and the sums of its
-// quants 0..15 (lo) and 16..31 (hi).
-inline void write_act_aux(uint8_t* blk, int col, ActAux kind, int32_t offset, float d, int32_t lo, int32_t hi) {
-    uint8_t* aux = blk + 36 * kActTile + 4 * col;
+// Writes column col's third field of a tile block (of tile_rows rows) from the column's d and
+// the sums of its quants 0..15 (lo) and 16..31 (hi).
+inline void write_act_aux(uint8_t* blk, int col, ActAux kind, int32_t offset, float d, int32_t lo, int32_t hi, int tile_rows = kActTile) {
+    uint8_t* aux = blk + 36 * tile_rows + 4 * col;
     switch (kind) {
         case ActAux::Corr: {
             const int32_t corr = -offset * (lo + hi);
@@ -76,6 +82,7 @@ struct GemmTask {
     int pairs = 1;               // 2: activation rows 2m and 2m+1 (a row and its residual) add into output m
     float* y = nullptr;          // output m, weight row n (relative to the first group): y[m * y_stride + n]
     int64_t y_stride = 0;        // floats
+    uint8_t* scratch = nullptr;  // this thread's PackedKernels::gemm_scratch_bytes(K) bytes, 64-byte aligned
 };
 
 using GemmFn = void (*)(const GemmTask& t);
@@ -100,11 +107,15 @@ struct PackedKernels {
     // per block for its prompts: the coarser scales cost 2.5 x the KL divergence on Gemma 3
     // (docs/engine.md). Null: these kernels.
     const PackedKernels* coarse = nullptr;
-    // Kernels fast mode takes for kMatrixUnitMinRows output rows or more, where they differ:
-    // matrix-unit tiles with an activation format of their own (F16/BF16 weights through
-    // AMX-BF16, gemm_float_avx512amx.cpp). Null: these kernels. (The AMX int8 tiles share the
-    // q8 tiles, and choose by rows inside their gemm.)
+    // Kernels for kMatrixUnitMinRows activation rows or more (rows x pairs), where they differ:
+    // matrix-unit tiles with an activation format of their own (AMX int8: the q8 tiles with 16
+    // rows; F16/BF16 weights through AMX-BF16, in fast mode: the precise kernels have none).
+    // Applied after precise and coarse. Null: these kernels.
     const PackedKernels* batch = nullptr;
+    // Activation rows per tile (kActTile, or kMatrixTileRows for the AMX int8 kernels).
+    int tile_rows = kActTile;
+    // Per-thread scratch the gemm needs for K-element rows (GemmTask::scratch); null: none.
+    size_t (*gemm_scratch_bytes)(int64_t K) = nullptr;
 };
 // Activation rows from which the matrix-unit (AMX) tiles run: below, one weight block's trip
 // into the tile unit (and, for F16 and the 4-bit types, its conversion) feeds too few rows.
@@ -114,7 +125,8 @@ constexpr int64_t kMatrixUnitMinRows = 16;
 struct PackedPlan {
     const PackedKernels* k = nullptr;
     int pairs = 1;          // activation rows per output row (GemmTask::pairs)
-    size_t tile_bytes = 0;  // bytes of one activation tile (kActTile rows)
+    size_t tile_bytes = 0;  // bytes of one activation tile (tile_rows rows)
+    int tile_rows = kActTile;
 };
 // rows: the product's output rows; coarse: MatmulPrecision::Fast itself (not Auto's 8-bit
 // prompts), which may take PackedKernels::coarse.
@@ -122,13 +134,18 @@ inline PackedPlan packed_plan(const PackedKernels& pk, int64_t K, bool precise, 
     const PackedKernels* k = precise && pk.precise ? pk.precise : &pk;
     const int pairs = precise && !pk.precise ? 2 : 1;
     if (coarse && !precise && k->coarse && rows > kActTile) k = k->coarse;
-    if (!precise && k->batch && rows >= kMatrixUnitMinRows) k = k->batch;
-    return {.k = k, .pairs = pairs, .tile_bytes = k->tile_bytes ? k->tile_bytes(K) : act_tile_bytes(K)};
+    if (k->batch && rows * pairs >= kMatrixUnitMinRows) k = k->batch;
+    return {.k = k, .pairs = pairs, .tile_bytes = k->tile_bytes ? k->tile_bytes(K) : act_tile_bytes(K), .tile_rows = k->tile_rows};
 }
-// Scratch bytes for `rows` output rows of one matmul (every plan of a size takes the same).
+// Activation bytes for `rows` output rows of one matmul (every plan of a size takes the same).
 inline size_t packed_act_bytes(const PackedKernels& pk, int64_t K, int64_t rows, bool precise) {
     const PackedPlan p = packed_plan(pk, K, precise, rows);
-    return p.tile_bytes * static_cast<size_t>((rows * p.pairs + kActTile - 1) / kActTile);
+    return p.tile_bytes * static_cast<size_t>((rows * p.pairs + p.tile_rows - 1) / p.tile_rows);
+}
+// Per-thread gemm scratch of that plan, rounded up to whole cache lines (0: none).
+inline size_t packed_gemm_scratch_bytes(const PackedKernels& pk, int64_t K, int64_t rows, bool precise) {
+    const PackedPlan p = packed_plan(pk, K, precise, rows);
+    return p.k->gemm_scratch_bytes ? (p.k->gemm_scratch_bytes(K) + 63) / 64 * 64 : 0;
 }
 
 // Weights that stream from memory (generation tiles, and the first tile to read each group in
@@ -285,6 +302,8 @@ void quantize_act_scalar(ActAux kind, ActScale scale, const float* x, int64_t K,
 #if defined(KILN_ARCH_X86)
 void quantize_act_avx2(ActAux kind, ActScale scale, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
 void quantize_act_avx512(ActAux kind, ActScale scale, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
+// The same into tiles of kMatrixTileRows rows (the AMX int8 kernels' activations).
+void quantize_act_avx512_matrix(ActAux kind, ActScale scale, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid);
 #endif
 const PackedKernels* packed_scalar(Type t);
 // PackedKernels::quantize_act of one tile kind, from one of the quantizers above.
@@ -298,8 +317,8 @@ const PackedKernels* packed_avx512(Type t, const CpuFeatures& f);
 // returns them where the features say GFNI (wide: with gemm_wide, where they say zen5).
 const PackedKernels* packed_q4_0_avx512gfni(bool wide = false);
 // The AMX int8 kernels for Q4_0 / Q8_0 weights (gemm_avx512amx.cpp), null for other types or
-// where the build has none; packed_avx512 returns them where CpuFeatures::amx_int8. Below
-// kAmxMinRows activation rows they run packed_avx512's VNNI kernels.
+// where the build has none; packed_avx512 makes them the batch kernels (PackedKernels::batch)
+// of its VNNI kernels where CpuFeatures::amx_int8.
 const PackedKernels* packed_amx(Type t);
 // Q4_0 / Q8_0 weights on AVX2 + FMA + F16C (gemm_avx2.cpp).
 const PackedKernels* packed_avx2(Type t, const CpuFeatures& f);
@@ -314,9 +333,10 @@ const PackedKernels* packed_float_avx2(Type t, const CpuFeatures& f);
 const PackedKernels* packed_kquants_scalar(Type t);
 #if defined(KILN_ARCH_X86)
 const PackedKernels* packed_kquants_avx512(Type t, const CpuFeatures& f);
-// The AMX int8 kernels for Q4_K weights (gemm_kquants_avx512amx.cpp), null for other types or
-// where the build has none; packed_kquants_avx512 returns them where CpuFeatures::amx_int8.
-const PackedKernels* packed_kquants_amx(Type t);
+// The AMX int8 kernels for Q4_K weights (gemm_kquants_avx512amx.cpp; coarse: for activations
+// scaled per super-block), null for other types or where the build has none;
+// packed_kquants_avx512 makes them the batch kernels of its own where CpuFeatures::amx_int8.
+const PackedKernels* packed_kquants_amx(Type t, bool coarse = false);
 // A Q4_K / Q6_K group decoded for prompts by the AVX-512 kernels (gemm_kquants_avx512.cpp):
 // per super-block 64 registers of 8-bit quants (register 8j + c: elements 4c..4c+3 of sub-block
 // j, or for Q6_K of 32-element block j, in the 16 rows), then 16 float scale vectors (Q4_K:

@@ -23,10 +23,12 @@ constexpr PackedKernels kQ4_0Wide{.offset = 8, .quantize_act = detail::quantize_
 constexpr PackedKernels kQ8_0Wide{.offset = 128, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_wide<false, ShiftUnpack>};
 
 
-// quantize_act_avx512 for groups of NB 32-element blocks sharing one d. Rounding as the
-// scalar reference (x * (1/d), round to nearest even), so both produce identical tiles.
-template <int NB>
+// quantize_act_avx512 for groups of NB 32-element blocks sharing one d, into tiles of kRows
+// rows (kActTile, or kMatrixTileRows for the AMX int8 kernels). Rounding as the scalar
+// reference (x * (1/d), round to nearest even), so both produce identical quants.
+template <int NB, int kRows = kActTile>
 void quantize_act_groups(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    constexpr size_t kBlockBytes = kRows * (32 + sizeof(float) + sizeof(int32_t));
     // v[2b], v[2b+1]: block b's 32 floats, into column c of the group's blocks; q: the quants.
     auto group = [&](const __m512 (&v)[2 * NB], uint8_t* blk0, int c, __m512i (&q)[2 * NB]) {
         __m512 m = _mm512_abs_ps(v[0]);
@@ -37,21 +39,21 @@ void quantize_act_groups(ActAux kind, const float* x, int64_t K, int32_t offset,
         const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
 #pragma GCC unroll 8
         for (int b = 0; b < NB; ++b) {
-            uint8_t* blk = blk0 + b * kActBlockBytes;
+            uint8_t* blk = blk0 + b * kBlockBytes;
             const __m512i i0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v[2 * b], id)), lim), nlim);
             const __m512i i1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v[2 * b + 1], id)), lim), nlim);
             q[2 * b] = i0;
             q[2 * b + 1] = i1;
             _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c), _mm512_cvtepi32_epi8(i0));
             _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c + 16), _mm512_cvtepi32_epi8(i1));
-            reinterpret_cast<float*>(blk + 32 * kActTile)[c] = d;
-            if (kind == ActAux::Q6K) write_act_aux(blk, c, kind, offset, d, hsum(i0), hsum(i1));
-            else write_act_aux(blk, c, kind, offset, d, hsum(_mm512_add_epi32(i0, i1)), 0);
+            reinterpret_cast<float*>(blk + 32 * kRows)[c] = d;
+            if (kind == ActAux::Q6K) write_act_aux(blk, c, kind, offset, d, hsum(i0), hsum(i1), kRows);
+            else write_act_aux(blk, c, kind, offset, d, hsum(_mm512_add_epi32(i0, i1)), 0, kRows);
         }
         return d;
     };
     for (int64_t b = 0; b < K / 32; b += NB) {
-        uint8_t* blk = tile + b * kActBlockBytes;
+        uint8_t* blk = tile + b * kBlockBytes;
         __m512 v[2 * NB];
         __m512i q[2 * NB];
 #pragma GCC unroll 16
@@ -75,10 +77,38 @@ void quantize_act_avx512(ActAux kind, ActScale scale, const float* x, int64_t K,
     else quantize_act_groups<1>(kind, x, K, offset, tile, col, with_resid);
 }
 
+void quantize_act_avx512_matrix(ActAux kind, ActScale scale, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
+    if (scale == ActScale::SuperBlock) quantize_act_groups<QK_K / 32, kMatrixTileRows>(kind, x, K, offset, tile, col, with_resid);
+    else quantize_act_groups<1, kMatrixTileRows>(kind, x, K, offset, tile, col, with_resid);
+}
+
+namespace {
+// The VNNI kernels k of type t with the AMX int8 kernels as their batch kernels (where the
+// build has them): one copy per type, made from the first k asked for (the same on every
+// call: the choice depends on the CPU only).
+const PackedKernels* with_amx_batch(Type t, const PackedKernels* k) {
+    const PackedKernels* amx = packed_amx(t);
+    if (!amx || !k) return k;
+    auto with = [&] {
+        PackedKernels c = *k;
+        c.batch = amx;
+        return c;
+    };
+    if (t == Type::Q4_0) {
+        static const PackedKernels kQ4_0With = with();
+        return &kQ4_0With;
+    }
+    static const PackedKernels kQ8_0With = with();
+    return &kQ8_0With;
+}
+}  // namespace
+
 const PackedKernels* packed_avx512(Type t, const CpuFeatures& f) {
     if (!f.avx512vnni) return nullptr;
-    if (f.amx_int8) {
-        if (const PackedKernels* k = packed_amx(t)) return k;
+    if (f.amx_int8 && (t == Type::Q4_0 || t == Type::Q8_0)) {
+        CpuFeatures vnni = f;
+        vnni.amx_int8 = false;
+        return with_amx_batch(t, packed_avx512(t, vnni));
     }
     switch (t) {
         // Zen 4 keeps the shift and mask: its vgf2p8affineqb issues on the two pipes that also

@@ -522,7 +522,7 @@ const PackedKernels* with_amx_batch(Type t, const PackedKernels& k) {
     };
     if (t == Type::F16) {
         static const PackedKernels kAmx{.offset = 0, .quantize_act = act_bf16, .gemm = float_amx_gemm(Type::F16), .tile_bytes = bf16_tile_bytes,
-                                        .precise = &kF16Precise};
+                                        .precise = &kF16Precise, .gemm_scratch_bytes = float_gemm::detail::amx_f16_scratch_bytes};
         static const PackedKernels kWith = with(kAmx);
         return &kWith;
     }

@@ -28,7 +28,6 @@
 #endif
 
 #include <algorithm>
-#include <memory>
 
 namespace kiln::cpu {
 namespace {
@@ -127,9 +126,7 @@ void gemm_amx(const GemmTask& t) {
     // Activation tiles in slices that stay in L2 (as the q8 kernels' are), in pairs; F16 groups
     // are converted once per slice.
     const int64_t slice = std::max<int64_t>(2, static_cast<int64_t>((size_t{1} << 20) / tile_bytes) & ~int64_t{1});
-    std::unique_ptr<__m512i[]> conv;  // two groups converted to BF16 (F16 weights); not zeroed
-    if (kF16) conv.reset(new __m512i[2 * static_cast<size_t>(nb) * kWBlockBytes / sizeof(__m512i)]);
-    uint8_t* cbuf = reinterpret_cast<uint8_t*>(conv.get());
+    uint8_t* cbuf = t.scratch;  // F16: two groups converted to BF16 (amx_f16_scratch_bytes)
     const TileConfig cfg = tile_config();
     _tile_loadconfig(&cfg);
     for (int64_t s0 = 0; s0 < n_tiles; s0 += slice) {

@@ -544,11 +544,27 @@ constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_
 }  // namespace
 
 namespace detail {
+namespace {
+// kQ4_K (and its coarse kernels) with the AMX int8 kernels as their batch kernels.
+const PackedKernels* q4_K_with_amx_batch() {
+    static const PackedKernels kCoarse = [] {
+        PackedKernels c = kQ4_KCoarse;
+        c.batch = packed_kquants_amx(Type::Q4_K, true);
+        return c;
+    }();
+    static const PackedKernels kWith = [] {
+        PackedKernels c = kQ4_K;
+        c.batch = packed_kquants_amx(Type::Q4_K, false);
+        c.coarse = &kCoarse;
+        return c;
+    }();
+    return &kWith;
+}
+}  // namespace
+
 const PackedKernels* packed_kquants_avx512(Type t, const CpuFeatures& f) {
     if (!f.avx512vnni) return nullptr;
-    if (f.amx_int8) {
-        if (const PackedKernels* k = packed_kquants_amx(t)) return k;
-    }
+    if (f.amx_int8 && t == Type::Q4_K && packed_kquants_amx(t)) return q4_K_with_amx_batch();
     switch (t) {
         case Type::Q4_K: return &kQ4_K;
         case Type::Q6_K: return &kQ6_K;
