@@ -374,7 +374,7 @@ TEST(PackedGemmAmx, MatchesVnniTilesExactly) {
         for (int64_t K : ks) {
             const int64_t N = 80;
             const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K + 17));
-            for (int64_t M : {1, 8, 9, 15, 16, 17, 24, 33, 64, 133}) {
+            for (int64_t M : {1, 8, 9, 15, 16, 17, 24, 31, 32, 33, 64, 133}) {
                 const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 5 + K));
                 for (auto [precise, coarse] : {std::pair{false, false}, {true, false}, {false, true}}) {
                     if (coarse && !kq) continue;
@@ -394,7 +394,7 @@ TEST(PackedGemmAmx, MatchesVnniTilesExactly) {
 // The AMX-BF16 tiles for F16/BF16 weights (gemm_float_avx512amx.cpp): the batch kernels of the
 // fast path where CpuFeatures::amx_bf16, from kMatrixUnitMinRows rows. They compute the Bf16
 // path's products in another order of float sums, so against the scalar Bf16 path with a
-// tolerance: every row count around the threshold and the 8-row tiles, odd tile and group
+// tolerance: row counts around the threshold and the 8-row tiles, odd tile and group
 // counts (N = 80: run_kernels splits the 5 groups 2 + 3), partial last tiles, K of 1 to 64 blocks.
 TEST(PackedGemmAmx, Bf16TilesMatchTheBf16Path) {
     if (!kiln::cpu::isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 here";
@@ -407,7 +407,7 @@ TEST(PackedGemmAmx, Bf16TilesMatchTheBf16Path) {
         for (int64_t K : {32, 96, 2048}) {
             const int64_t N = 80;
             const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K + 19));
-            for (int64_t M : {15, 16, 17, 24, 33, 133}) {
+            for (int64_t M : {15, 16, 31, 32, 33, 40, 133}) {
                 EXPECT_EQ(kiln::cpu::packed_plan(*k, K, false, M).k == k->batch, M >= kiln::cpu::kMatrixUnitMinRows) << M;
                 const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 7 + K));
                 const std::vector<float> a = run_kernels(*k, t, w, x, K, N, M, false);
