@@ -11,6 +11,7 @@ import csv
 import functools
 import io
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -269,9 +270,15 @@ def test_compute_peak_and_prompt_share(tool, models, synth_models):
     flags = cpu_flags()
     # What this CPU must have had measured (Linux x86 only: elsewhere the flags are unknown here).
     expected = {"int8": "avx512_vnni", "bf16": "avx512_bf16", "fp16": "avx512_fp16", "f32": "avx512f"}
+    # The AMX tiles where the CPU has them and the engine may use them (Linux grants them to
+    # any process that asks; KILN_AMX=0 turns them off in both).
+    if os.environ.get("KILN_AMX") != "0":
+        expected.update({"amx-int8": "amx_int8", "amx-bf16": "amx_bf16"})
     for kind, flag in expected.items():
         if flag in flags:
             assert kind in probes, (kind, probes)
+    if "amx-int8" in probes:
+        assert probes["amx-int8"]["instruction"] == "tdpbssd" and probes["amx-int8"]["ops_per_instruction"] == 16 * 16 * 64 * 2
     if "avx512_vnni" in flags:
         assert probes["int8"]["instruction"] == "vpdpbusd zmm" and probes["int8"]["ops_per_instruction"] == 128
     for kind, p in probes.items():
@@ -295,9 +302,13 @@ def test_compute_peak_and_prompt_share(tool, models, synth_models):
         assert r["pct_peak"] == pytest.approx(100 * r["gops"] / r["peak_gops"], rel=1e-9)
     assert any(GgufFacts.of(p).tied for p in (q, gemma)) and not all(GgufFacts.of(p).tied for p in (q, gemma))
     if probes:
+        # 8-row micro-batches: the vector kernels (the AMX tiles take 32 rows and more).
         assert rows[0]["peak_kind"] == rows[2]["peak_kind"] == "int8"
         f16_kind = "fp16" if "fp16" in probes else "bf16" if "bf16" in probes else "f32"
         assert rows[1]["peak_kind"] == f16_kind
+    if "amx-int8" in probes:  # a 32-row prompt takes the tile unit (docs/engine.md, "AMX tiles")
+        row = bench_json(tool, "-m", q, "-p", "32", "-n", "0", "--peak", "--peak-seconds", "0.01")[0]
+        assert row["peak_kind"] == "amx-int8" and row["peak_instruction"] == "tdpbssd", row
 
 
 def test_compute_peak_markdown_and_absence(tool, models):

@@ -7,9 +7,16 @@
 #include <cstdio>
 #include <thread>
 
+#include <cstdlib>
+#include <string>
+
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #  include <cpuid.h>
 #  define KILN_BENCH_PEAK_X86 1
+#  if defined(__linux__)
+#    include <sys/syscall.h>
+#    include <unistd.h>
+#  endif
 #endif
 
 namespace kiln_bench {
@@ -38,7 +45,20 @@ struct Kernel {
 struct Features {
     bool fma = false, avx2 = false, avxvnni = false;
     bool avx512f = false, avx512vnni = false, avx512bf16 = false, avx512fp16 = false;
+    bool amx_int8 = false, amx_bf16 = false;  // and the tile state granted to this process
 };
+
+// Linux grants the AMX tile state per process on request (as the engine asks for it,
+// kernels/cpu_features.cpp); without it the first tile instruction faults.
+bool amx_granted() {
+#  if defined(__linux__)
+    const char* off = std::getenv("KILN_AMX");
+    if (off && std::string(off) == "0") return false;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+#  else
+    return false;
+#  endif
+}
 
 uint64_t xgetbv0() {
     uint32_t lo = 0, hi = 0;
@@ -63,6 +83,11 @@ Features detect() {
     f.avx512f = zmm_state && ((b >> 16) & 1);
     f.avx512vnni = f.avx512f && ((c >> 11) & 1);
     f.avx512fp16 = f.avx512f && ((d >> 23) & 1);
+    const bool tiles = f.avx512f && ((d >> 24) & 1) && (xcr0 & 0x60000) == 0x60000;  // AMX-TILE, XTILECFG/XTILEDATA state
+    if (tiles && (((d >> 25) & 1) || ((d >> 22) & 1)) && amx_granted()) {
+        f.amx_int8 = (d >> 25) & 1;
+        f.amx_bf16 = (d >> 22) & 1;
+    }
     const uint32_t max_sub = a;
     if (max_sub >= 1) {
         __cpuid_count(7, 1, a, b, c, d);
@@ -116,6 +141,38 @@ __attribute__((target("avx512f"))) void loop_vfmadd231ph_zmm(uint64_t iters, con
 
 __attribute__((target("avx512f"))) void loop_vfmadd231ps_zmm(uint64_t iters, const void* a, const void* b) {
     asm volatile(KILN_ZMM_LOOP("vfmadd231ps") : "+r"(iters) : "r"(a), "r"(b) : KILN_ZMM_CLOBBERS);
+}
+
+// AMX: four 16 x 16 accumulator tiles (tmm0-3) fed by two A (tmm4, tmm5) and two B tiles
+// (tmm6, tmm7), every row of each loaded from the same 64-byte operand (stride 0); 8 products
+// per iteration, each 16 x 16 x 64 int8 or 16 x 16 x 32 BF16 multiply-adds.
+struct alignas(64) TileConfig {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+    uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+#  define KILN_AMX_LOOP(insn)                                                                            \
+      "ldtilecfg (%3)\n\t"                                                                              \
+      ".irp r,0,1,2,3\n\ttilezero %%tmm\\r\n\t.endr\n\t"                                             \
+      "tileloadd (%1,%4,1), %%tmm4\n\ttileloadd (%1,%4,1), %%tmm5\n\t"                                 \
+      "tileloadd (%2,%4,1), %%tmm6\n\ttileloadd (%2,%4,1), %%tmm7\n"                                    \
+      "1:\n\t"                                                                                          \
+      ".rept 2\n\t" insn " %%tmm6, %%tmm4, %%tmm0\n\t" insn " %%tmm7, %%tmm4, %%tmm1\n\t"                \
+      insn " %%tmm6, %%tmm5, %%tmm2\n\t" insn " %%tmm7, %%tmm5, %%tmm3\n\t.endr\n\t"                    \
+      "dec %0\n\t"                                                                                      \
+      "jnz 1b\n\t"                                                                                      \
+      "tilerelease"
+
+constexpr double kTilesPerIter = 8;
+
+void loop_tdpbssd(uint64_t iters, const void* a, const void* b) {
+    const TileConfig cfg;
+    asm volatile(KILN_AMX_LOOP("tdpbssd") : "+r"(iters) : "r"(a), "r"(b), "r"(&cfg), "r"(int64_t{0}) : "cc", "memory");
+}
+
+void loop_tdpbf16ps(uint64_t iters, const void* a, const void* b) {
+    const TileConfig cfg;
+    asm volatile(KILN_AMX_LOOP("tdpbf16ps") : "+r"(iters) : "r"(a), "r"(b), "r"(&cfg), "r"(int64_t{0}) : "cc", "memory");
 }
 
 // Without AVX-512 only ymm0-15 exist: 14 accumulators and two sources (ymm14, ymm15).
@@ -198,6 +255,12 @@ const Operand kF16Half = fill<uint16_t>(0x3800);   // 0.5
 std::vector<Kernel> available_kernels() {
     const Features f = detect();
     std::vector<Kernel> k;
+    if (f.amx_int8) {
+        k.push_back({PeakKind::AmxInt8, "tdpbssd", loop_tdpbssd, kTilesPerIter * 16 * 16 * 64 * 2, 16 * 16 * 64 * 2, &kInt8A, &kInt8B});
+    }
+    if (f.amx_bf16) {
+        k.push_back({PeakKind::AmxBf16, "tdpbf16ps", loop_tdpbf16ps, kTilesPerIter * 16 * 16 * 32 * 2, 16 * 16 * 32 * 2, &kBf16One, &kBf16Half});
+    }
     if (f.avx512vnni) {
         k.push_back({PeakKind::Int8, "vpdpbusd zmm", loop_vpdpbusd_zmm, kZmmInstrPerIter * 128, 128, &kInt8A, &kInt8B});
     } else if (f.avxvnni) {
@@ -291,6 +354,8 @@ const char* peak_kind_name(PeakKind kind) {
         case PeakKind::Bf16: return "bf16";
         case PeakKind::Fp16: return "fp16";
         case PeakKind::F32: return "f32";
+        case PeakKind::AmxInt8: return "amx-int8";
+        case PeakKind::AmxBf16: return "amx-bf16";
     }
     return "?";
 }
@@ -311,18 +376,25 @@ ComputePeak measure_compute_peak(const ComputePeakOptions& opts) {
     return r;
 }
 
-const PeakProbe* prompt_peak(const ComputePeak& peak, WeightClass weights, const std::string& precision) {
+const PeakProbe* prompt_peak(const ComputePeak& peak, WeightClass weights, const std::string& precision, int64_t rows) {
     const bool precise = precision == "precise";
+    constexpr int64_t kMatrixUnitMinRows = 32;  // as the engine's (kernels/gemm.h)
+    const bool tiles = rows >= kMatrixUnitMinRows;
     switch (weights) {
-        case WeightClass::Quantized: return peak.find(PeakKind::Int8);
+        case WeightClass::Quantized:
+            if (const PeakProbe* p = peak.find(PeakKind::AmxInt8); p && tiles) return p;
+            return peak.find(PeakKind::Int8);
         case WeightClass::F32: return peak.find(PeakKind::F32);
         case WeightClass::F16:
             if (precise) return peak.find(PeakKind::F32);
+            if (const PeakProbe* p = peak.find(PeakKind::AmxBf16); p && tiles) return p;
             if (const PeakProbe* p = peak.find(PeakKind::Fp16)) return p;
             if (const PeakProbe* p = peak.find(PeakKind::Bf16)) return p;
             return peak.find(PeakKind::F32);
         case WeightClass::Bf16:
-            if (precise || peak.find(PeakKind::Fp16)) return peak.find(PeakKind::F32);
+            if (precise) return peak.find(PeakKind::F32);
+            if (const PeakProbe* p = peak.find(PeakKind::AmxBf16); p && tiles) return p;
+            if (peak.find(PeakKind::Fp16)) return peak.find(PeakKind::F32);
             if (const PeakProbe* p = peak.find(PeakKind::Bf16)) return p;
             return peak.find(PeakKind::F32);
     }
@@ -335,7 +407,7 @@ std::string describe_compute_peak(const ComputePeak& peak) {
     for (const PeakProbe& p : peak.probes) {
         char buf[128];
         std::snprintf(buf, sizeof buf, "%s%s (%s) %.0f %s", s.empty() ? "" : ", ", peak_kind_name(p.kind), p.instruction, p.total_gops,
-                      p.kind == PeakKind::Int8 ? "GOPS" : "GFLOPS");
+                      p.kind == PeakKind::Int8 || p.kind == PeakKind::AmxInt8 ? "GOPS" : "GFLOPS");
         s += buf;
     }
     return s;

@@ -4,14 +4,16 @@
 // can be judged against it (the VM's speed drifts by up to 1.5x over a day).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace kiln_bench {
 
-// The number formats a prompt matmul kernel computes in.
-enum class PeakKind { Int8, Bf16, Fp16, F32 };
-const char* peak_kind_name(PeakKind kind);  // "int8", "bf16", "fp16", "f32"
+// The number formats a prompt matmul kernel computes in; the AMX kinds are the tile unit's
+// (Sapphire Rapids and later, where the OS grants the tiles and KILN_AMX is not 0).
+enum class PeakKind { Int8, Bf16, Fp16, F32, AmxInt8, AmxBf16 };
+const char* peak_kind_name(PeakKind kind);  // "int8", "bf16", "fp16", "f32", "amx-int8", "amx-bf16"
 
 struct ComputePeakOptions {
     int threads = 1;
@@ -50,11 +52,16 @@ ComputePeak measure_compute_peak(const ComputePeakOptions& opts);
 enum class WeightClass { Quantized, F16, Bf16, F32 };
 
 // The probe a prompt matmul over `weights` is bound by, as the CPU backend chooses kernels
-// (docs/engine.md, "F16 and BF16 weights"): int8 dot products for quantized weights; for F16,
+// (docs/engine.md, "F16 and BF16 weights", "AMX tiles"): the AMX int8 tiles for quantized
+// weights where measured, else int8 dot products; F16 and BF16 outside precise mode the AMX
+// BF16 tiles where measured; otherwise for F16,
 // FP16 FMA where the CPU has it, else BF16 dot products, else F32 FMA; for BF16, F32 FMA on
 // FP16 CPUs (the exact path), else BF16 dot products; F32 FMA for F32 and for float weights at
 // --precision precise. Null when that probe was not measured.
-const PeakProbe* prompt_peak(const ComputePeak& peak, WeightClass weights, const std::string& precision);
+// rows: activation rows per product (the prompt's micro-batch): the AMX tiles run from 32 (the
+// engine's kMatrixUnitMinRows, src/backends/cpu/kernels/gemm.h; precise mode's residual rows
+// aside), the vector kernels below.
+const PeakProbe* prompt_peak(const ComputePeak& peak, WeightClass weights, const std::string& precision, int64_t rows);
 
 // "int8 (vpdpbusd zmm) 1380 GOPS, bf16 (vdpbf16ps zmm) 610 GFLOPS, ..." or "not measured".
 std::string describe_compute_peak(const ComputePeak& peak);

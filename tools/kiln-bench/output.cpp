@@ -44,7 +44,9 @@ const ComputePeak* peak_for(const Report& rep, int threads) {
 const PeakProbe* row_peak(const Report& rep, const Result& r) {
     const ComputePeak* cp = peak_for(rep, r.n_threads);
     if (!cp || r.test.kind != TestKind::Prompt) return nullptr;
-    const PeakProbe* p = prompt_peak(*cp, r.model.weight_class, r.test.precision);
+    // Rows per product: the prompt cut into batches and micro-batches.
+    const int64_t rows = std::min({r.test.n_prompt, r.test.n_batch > 0 ? r.test.n_batch : r.test.n_prompt, r.test.n_ubatch > 0 ? r.test.n_ubatch : r.test.n_prompt});
+    const PeakProbe* p = prompt_peak(*cp, r.model.weight_class, r.test.precision, rows);
     return p && p->total_gops > 0 ? p : nullptr;
 }
 
