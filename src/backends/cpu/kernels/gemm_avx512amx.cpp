@@ -25,13 +25,6 @@
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__)
 #include <immintrin.h>
 
-// GCC 12's AVX-512 headers trigger -Wmaybe-uninitialized on their own intrinsics (as in
-// gemm_avx512_tiles.h).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
 #include <algorithm>
 
 #include "backends/cpu/kernels/amx_tiles.h"

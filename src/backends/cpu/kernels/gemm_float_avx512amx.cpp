@@ -19,29 +19,17 @@
 // accumulators, each operand loaded once per block for two products.
 #include "backends/cpu/kernels/gemm_float.h"
 
-#if defined(__AMX_BF16__) && defined(__AMX_TILE__)
+#if defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__AMX_TILE__)
 #include <immintrin.h>
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
 #include <algorithm>
+
+#include "backends/cpu/kernels/amx_tiles.h"  // TileConfig
 
 namespace kiln::cpu {
 namespace {
 
 using namespace float_gemm;
-
-struct alignas(64) TileConfig {
-    uint8_t palette = 1;
-    uint8_t start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {};  // bytes per row
-    uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64, "LDTILECFG takes 64 bytes");
 
 // Tile registers:
 //   tmm0..tmm3  float sums, [activation tile i][group g] = tmm(2i + g): 8 rows x 16 floats

@@ -19,11 +19,6 @@
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__)
 #include <immintrin.h>
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
 #include "backends/cpu/kernels/amx_tiles.h"
 #include "core/quant_blocks.h"
 
