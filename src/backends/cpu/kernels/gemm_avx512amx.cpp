@@ -20,9 +20,10 @@
 #include "backends/cpu/kernels/gemm.h"
 
 // The tiles are compiled where the compiler targets AMX (GCC and clang with -mamx-int8, set
-// for this file by src/CMakeLists.txt); elsewhere packed_amx has none (and amx_int8 is only
-// ever detected on Linux).
-#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+// for this file by src/CMakeLists.txt) on Linux, the one system where amx_int8 is detected
+// (the OS grant, cpu_features.cpp); elsewhere packed_amx has none. (MinGW's GCC 12 AMX
+// intrinsics do not even assemble: their stride operand is a `long`, 32 bits on Windows.)
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__linux__)
 #include <immintrin.h>
 
 #include <algorithm>

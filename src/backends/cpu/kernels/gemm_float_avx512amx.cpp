@@ -19,7 +19,7 @@
 // accumulators, each operand loaded once per block for two products.
 #include "backends/cpu/kernels/gemm_float.h"
 
-#if defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#if defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__linux__)
 #include <immintrin.h>
 
 #include <algorithm>

@@ -16,7 +16,7 @@
 // so the products are bit-identical to the VNNI kernels' (tested).
 #include "backends/cpu/kernels/gemm.h"
 
-#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__linux__)
 #include <immintrin.h>
 
 #include "backends/cpu/kernels/amx_tiles.h"
