@@ -106,8 +106,9 @@ struct kiln_context_params {
     int32_t type_k;      /* KV cache types: 1 = F16 (default), 0 = F32, 8 = Q8_0, 30 = BF16 */
     int32_t type_v;
     uint32_t n_seq_max;  /* sequences held at once (1..64) */
-    int32_t matmul_precision;  /* 0 = auto (precise for small batches), 1 = fast (8-bit activations;
-                                  on CPUs with fast BF16 products, BF16 attention products for prompts),
+    int32_t matmul_precision;  /* 0 = auto (precise for small batches), 1 = fast (8-bit activations,
+                                  BF16 ones for products of 32+ rows on CPUs with AMX-BF16; on CPUs
+                                  with fast BF16 products, BF16 attention products for prompts),
                                   2 = precise (8-bit + residual pass, ~16-bit activations, F32
                                   attention). On CPUs with AVX512-FP16, auto and fast compute the
                                   attention over an F16 cache with FP16 products. */

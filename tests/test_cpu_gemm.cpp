@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
 #include "backends/cpu/kernels/gemm.h"
+#include "backends/cpu/kernels/gemm_bf16_matrix.h"
 #include "backends/cpu/kernels/gemm_float.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
@@ -106,10 +108,27 @@ std::vector<float> run_gemm(Type t, Isa isa, const Weights& w, const std::vector
 // fast mode follows this CPU's float_gemm::fast_path (BF16 or FP16 products where the CPU has
 // AVX-512 BF16 or FP16); the AVX2 float kernels have only the F32 path (AVX2 has no 16-bit
 // float arithmetic), so their mirror is the scalar F32 path whatever the CPU.
+// Batches (kMatrixUnitMinRows rows) take the BF16 matrix tiles where the CPU has AMX-BF16, on
+// the AVX-512 side and in the scalar reference alike (gemm_bf16_matrix.h); the AVX2 kernels keep
+// their own, so their mirror is the reference without those batch kernels.
 const kiln::cpu::PackedKernels& scalar_mirror(Type t, Isa isa) {
     namespace fg = kiln::cpu::float_gemm;
     if ((t == Type::F16 || t == Type::BF16) && isa == Isa::Avx2) return *fg::detail::float_scalar(t, fg::FastPath::F32);
-    return *kiln::cpu::packed_kernels(t, Isa::Scalar);
+    const kiln::cpu::PackedKernels& s = *kiln::cpu::packed_kernels(t, Isa::Scalar);
+    if (isa == Isa::Avx512 || isa == Isa::Scalar) return s;
+    struct Plain {
+        kiln::cpu::PackedKernels main, coarse;
+    };
+    static std::map<Type, Plain> plain;
+    auto [it, fresh] = plain.try_emplace(t, Plain{s, s});
+    if (fresh) {
+        it->second.main = kiln::cpu::with_batch(s, nullptr, nullptr);
+        if (s.coarse) {
+            it->second.coarse = kiln::cpu::with_batch(*s.coarse, nullptr, nullptr);
+            it->second.main.coarse = &it->second.coarse;
+        }
+    }
+    return it->second.main;
 }
 
 double rel_error(const std::vector<float>& got, const std::vector<double>& ref) {
@@ -366,10 +385,17 @@ TEST(PackedGemmAmx, MatchesVnniTilesExactly) {
         kiln::cpu::CpuFeatures f = kiln::cpu::cpu_features();
         f.amx_int8 = false;
         const kiln::cpu::PackedKernels* vnni = kq ? kiln::cpu::detail::packed_kquants_avx512(t, f) : kiln::cpu::detail::packed_avx512(t, f);
-        const kiln::cpu::PackedKernels* amx = kiln::cpu::packed_kernels(t, Isa::Avx512);  // the VNNI kernels with AMX batch kernels
+        // the VNNI kernels with the AMX int8 kernels as batch kernels (before packed_kernels
+        // gives the batches of fast mode to the BF16 tiles where the CPU has them)
+        const kiln::cpu::PackedKernels* amx = kq ? kiln::cpu::detail::packed_kquants_avx512(t, kiln::cpu::cpu_features())
+                                                 : kiln::cpu::detail::packed_avx512(t, kiln::cpu::cpu_features());
+        const kiln::cpu::PackedKernels* int8 = kq ? kiln::cpu::detail::packed_kquants_amx(t) : kiln::cpu::detail::packed_amx(t);
         ASSERT_NE(vnni, nullptr);
-        ASSERT_NE(amx->batch, nullptr);
-        ASSERT_EQ(amx->batch, kq ? kiln::cpu::detail::packed_kquants_amx(t) : kiln::cpu::detail::packed_amx(t));
+        ASSERT_NE(int8, nullptr);
+        ASSERT_EQ(amx->batch, int8);
+        ASSERT_EQ(amx->batch_pairs, int8);
+        // precise mode's residual pairs keep them where the BF16 tiles take the other batches
+        ASSERT_EQ(kiln::cpu::packed_kernels(t, Isa::Avx512)->batch_pairs, int8);
         const std::vector<int64_t> ks = kq ? std::vector<int64_t>{256, 768, 2048} : std::vector<int64_t>{32, 96, 160, 2048};
         for (int64_t K : ks) {
             const int64_t N = 80;
@@ -391,35 +417,40 @@ TEST(PackedGemmAmx, MatchesVnniTilesExactly) {
     }
 }
 
-// The AMX-BF16 tiles for F16/BF16 weights (gemm_float_avx512amx.cpp): the batch kernels of the
-// fast path where CpuFeatures::amx_bf16, from kMatrixUnitMinRows rows. They compute the Bf16
-// path's products in another order of float sums, so against the scalar Bf16 path with a
-// tolerance: row counts around the threshold and the 8-row tiles, odd tile and group
-// counts (N = 80: run_kernels splits the 5 groups 2 + 3), partial last tiles, K of 1 to 64 blocks.
-TEST(PackedGemmAmx, Bf16TilesMatchTheBf16Path) {
+// The BF16 matrix tiles (gemm_bf16_matrix_avx512amx.cpp): the batch kernels of fast mode for
+// every type they decode, where CpuFeatures::amx_bf16, from kMatrixUnitMinRows rows; against
+// their reference (gemm_bf16_matrix.cpp: the core's dequantize_row, rounded to BF16, float sums
+// in element order), which differs only in the order of the float sums: row counts around the
+// threshold, odd tile and group counts (N = 80: run_kernels splits the 5 groups 2 + 3), partial
+// last tiles, K of 1 to 64 blocks.
+TEST(PackedGemmAmx, Bf16MatrixTilesMatchTheirReference) {
     if (!kiln::cpu::isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 here";
     if (!kiln::cpu::cpu_features().amx_bf16) GTEST_SKIP() << "no AMX-BF16 here (or KILN_AMX=0)";
-    namespace fg = kiln::cpu::float_gemm;
-    for (Type t : {Type::F16, Type::BF16}) {
+    namespace bm = kiln::cpu::bf16_matrix;
+    for (Type t : {Type::Q4_0, Type::Q8_0, Type::F16, Type::BF16, Type::Q4_K, Type::Q6_K}) {
         const kiln::cpu::PackedKernels* k = kiln::cpu::packed_kernels(t, Isa::Avx512);
+        ASSERT_EQ(k->batch, bm::detail::kernels_amx(t)) << kiln::type_name(t);
         ASSERT_NE(k->batch, nullptr);
-        const kiln::cpu::PackedKernels& ref = *fg::detail::float_scalar(t, fg::FastPath::Bf16);
-        for (int64_t K : {32, 96, 2048}) {
+        const kiln::cpu::PackedKernels& ref = *bm::detail::kernels_scalar(t);
+        for (int64_t K : test_ks(t, {32, 96, 2048})) {
             const int64_t N = 80;
             const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K + 19));
             for (int64_t M : {15, 16, 31, 32, 33, 40, 133}) {
-                EXPECT_EQ(kiln::cpu::packed_plan(*k, K, false, M).k == k->batch, M >= kiln::cpu::kMatrixUnitMinRows) << M;
-                const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 7 + K));
-                const std::vector<float> a = run_kernels(*k, t, w, x, K, N, M, false);
-                const std::vector<float> b = run_kernels(ref, t, w, x, K, N, M, false);
-                ASSERT_EQ(a.size(), b.size());
-                if (M < kiln::cpu::kMatrixUnitMinRows) continue;  // the fast path of few rows (Half on FP16 CPUs)
-                double err = 0, norm = 0;
-                for (size_t i = 0; i < a.size(); ++i) {
-                    err += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-                    norm += static_cast<double>(b[i]) * b[i];
+                for (bool coarse : {false, true}) {
+                    const bool tiles = kiln::cpu::packed_plan(*k, K, false, M, coarse).k == k->batch;
+                    EXPECT_EQ(tiles, M >= kiln::cpu::kMatrixUnitMinRows) << kiln::type_name(t) << " M " << M << " coarse " << coarse;
+                    if (!tiles) continue;
+                    const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M * 7 + K));
+                    const std::vector<float> a = run_kernels(*k, t, w, x, K, N, M, false, coarse);
+                    const std::vector<float> b = run_kernels(ref, t, w, x, K, N, M, false);
+                    ASSERT_EQ(a.size(), b.size());
+                    double err = 0, norm = 0;
+                    for (size_t i = 0; i < a.size(); ++i) {
+                        err += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+                        norm += static_cast<double>(b[i]) * b[i];
+                    }
+                    EXPECT_LT(std::sqrt(err / norm), 1e-6) << kiln::type_name(t) << " K " << K << " M " << M;
                 }
-                EXPECT_LT(std::sqrt(err / norm), 1e-6) << kiln::type_name(t) << " K " << K << " M " << M;
             }
         }
     }

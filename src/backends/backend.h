@@ -16,7 +16,9 @@
 namespace kiln {
 
 // How matrix products treat their activations.
-//  Fast:    quantize activations once to the weight type's 8-bit format (as llama.cpp does).
+//  Fast:    quantize activations once to the weight type's 8-bit format (as llama.cpp does);
+//           on CPUs with AMX-BF16, products of 32+ rows round them to BF16 instead (the
+//           matrix tiles, closer to Precise than the 8-bit format: docs/engine.md).
 //  Precise: add a second 8-bit pass over the quantization residual, so activations carry about
 //           16 bits: models with large activation outliers (Gemma) then match a float64
 //           reference closely; costs twice the integer work, nothing extra in memory traffic.

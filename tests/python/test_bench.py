@@ -306,8 +306,14 @@ def test_compute_peak_and_prompt_share(tool, models, synth_models):
         assert rows[0]["peak_kind"] == rows[2]["peak_kind"] == "int8"
         f16_kind = "fp16" if "fp16" in probes else "bf16" if "bf16" in probes else "f32"
         assert rows[1]["peak_kind"] == f16_kind
-    if "amx-int8" in probes:  # a 32-row prompt takes the tile unit (docs/engine.md, "AMX tiles")
+    if "amx-int8" in probes:  # a 32-row prompt takes the tile unit (docs/engine.md, "AMX tiles"):
+        # the BF16 tiles in fast mode where the CPU has them, the int8 tiles in precise mode
         row = bench_json(tool, "-m", q, "-p", "32", "-n", "0", "--peak", "--peak-seconds", "0.01")[0]
+        if "amx-bf16" in probes:
+            assert row["peak_kind"] == "amx-bf16" and row["peak_instruction"] == "tdpbf16ps", row
+        else:
+            assert row["peak_kind"] == "amx-int8", row
+        row = bench_json(tool, "-m", q, "-p", "32", "-n", "0", "--precision", "precise", "--peak", "--peak-seconds", "0.01")[0]
         assert row["peak_kind"] == "amx-int8" and row["peak_instruction"] == "tdpbssd", row
 
 

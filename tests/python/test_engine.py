@@ -159,12 +159,14 @@ def test_gemma3_chat_turn_matches_reference(gemma_model, gemma_ref):
     assert ours == gemma_ref.greedy(prompt, 12)
 
 
+# Precise matmuls: with `auto` a batched prompt of 17+ tokens runs fast activations where a short
+# prompt alone runs precise, and on CPUs with AMX-BF16 one of 32+ tokens takes BF16 activations
+# where a prompt of fewer takes 8-bit ones (docs/engine.md, "AMX tiles"); this random model has
+# near-tied logits. Precise mode computes every row alike at every batch size.
 @pytest.mark.parametrize("prompts,n_gen,precision", [
-    ([PROMPTS[0], PROMPTS[1], PROMPTS[2][:7]], 8, "auto"),
+    ([PROMPTS[0], PROMPTS[1], PROMPTS[2][:7]], 8, "precise"),
     # Six short sequences: their generated tokens interleave cell by cell, so each token sees a small
     # share of the cells in its span and the attention gathers its keys (op_attention's sparse path).
-    # Precise matmuls throughout: with `auto` the 27-token batched prompt runs fast (8-bit) activations
-    # where the short prompts alone run precise, and this random model has near-tied logits.
     ([PROMPTS[i % 3][: 2 + i] for i in range(6)], 14, "precise"),
 ], ids=["three", "six-interleaved"])
 def test_batched_sequences_equal_single(synth_models, prompts, n_gen, precision):

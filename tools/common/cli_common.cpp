@@ -123,7 +123,7 @@ void add_context_options(CLI::App& app, ContextArgs& a) {
         ->check(CLI::IsMember(kCacheTypes, CLI::ignore_case)), "TYPE");
     metavar(app.add_option("--cache-type-v", a.cache_type_v, "V cache type (-ctv): f16, f32, bf16, q8_0")
         ->check(CLI::IsMember(kCacheTypes, CLI::ignore_case)), "TYPE");
-    metavar(app.add_option("--precision", a.precision, "matmul precision: auto, fast (8-bit activations, BF16 attention on Zen 4/5), precise (also F32 attention; auto and fast take FP16 attention on AVX512-FP16 CPUs)")
+    metavar(app.add_option("--precision", a.precision, "matmul precision: auto, fast (8-bit activations, BF16 ones for 32+ rows on AMX-BF16 CPUs, BF16 attention on Zen 4/5), precise (also F32 attention; auto and fast take FP16 attention on AVX512-FP16 CPUs)")
         ->check(CLI::IsMember(kPrecisions, CLI::ignore_case)), "MODE");
 }
 

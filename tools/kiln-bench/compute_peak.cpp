@@ -382,6 +382,9 @@ const PeakProbe* prompt_peak(const ComputePeak& peak, WeightClass weights, const
     const bool tiles = rows >= kMatrixUnitMinRows;
     switch (weights) {
         case WeightClass::Quantized:
+            // fast-mode batches on the BF16 tiles (the types that have a BF16 decoder: q4_0,
+            // q8_0, Q4_K, Q6_K), precise mode's on the int8 tiles
+            if (const PeakProbe* p = peak.find(PeakKind::AmxBf16); p && tiles && !precise) return p;
             if (const PeakProbe* p = peak.find(PeakKind::AmxInt8); p && tiles) return p;
             return peak.find(PeakKind::Int8);
         case WeightClass::F32: return peak.find(PeakKind::F32);

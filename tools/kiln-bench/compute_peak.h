@@ -52,9 +52,9 @@ ComputePeak measure_compute_peak(const ComputePeakOptions& opts);
 enum class WeightClass { Quantized, F16, Bf16, F32 };
 
 // The probe a prompt matmul over `weights` is bound by, as the CPU backend chooses kernels
-// (docs/engine.md, "F16 and BF16 weights", "AMX tiles"): the AMX int8 tiles for quantized
-// weights where measured, else int8 dot products; F16 and BF16 outside precise mode the AMX
-// BF16 tiles where measured; otherwise for F16,
+// (docs/engine.md, "F16 and BF16 weights", "AMX tiles"): for quantized weights the AMX BF16
+// tiles outside precise mode and the AMX int8 tiles in it, where measured, else int8 dot
+// products; F16 and BF16 outside precise mode the AMX BF16 tiles where measured; otherwise for F16,
 // FP16 FMA where the CPU has it, else BF16 dot products, else F32 FMA; for BF16, F32 FMA on
 // FP16 CPUs (the exact path), else BF16 dot products; F32 FMA for F32 and for float weights at
 // --precision precise. Null when that probe was not measured.

@@ -143,7 +143,7 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
     for (size_t i = 0; i < n_parts; ++i) per_thread = std::max(per_thread, packed_gemm_scratch_bytes(*packed_kernels(ts[i]->src[0]->type), K, M, ctx.precise));
     uint8_t* gemm_scratch = nullptr;
     if (per_thread) {
-        const auto end = reinterpret_cast<uintptr_t>(ctx.scratch + static_cast<size_t>((M * plan.pairs + plan.tile_rows - 1) / plan.tile_rows) * plan.tile_bytes);
+        const auto end = reinterpret_cast<uintptr_t>(ctx.scratch + packed_act_bytes(*packed_kernels(ts[0]->src[0]->type), K, M, ctx.precise));
         gemm_scratch = reinterpret_cast<uint8_t*>((end + 63) / 64 * 64) + static_cast<size_t>(ctx.ith) * per_thread;
     }
     if (ctx.acts) *ctx.acts = acts;

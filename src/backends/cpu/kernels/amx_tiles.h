@@ -1,9 +1,9 @@
 // What the AMX kernels share (gemm_avx512amx.cpp: q4_0 / q8_0; gemm_kquants_avx512amx.cpp:
-// Q4_K; gemm_float_avx512amx.cpp: TileConfig): the tile configuration, and the int8 loops that run a weight group's 32-element blocks
-// through the tile unit against 16-row activation tiles (gemm.h's q8 tiles with
-// kMatrixTileRows rows, read in place), handing each block's int32 sums to the caller's float
-// code. Included only by files compiled with -mamx-tile -mamx-int8 -mamx-bf16; everything is
-// in an unnamed namespace.
+// Q4_K; gemm_bf16_matrix_avx512amx.cpp: TileConfig): the tile configuration, and the int8
+// loops that run a weight group's 32-element blocks through the tile unit against 16-row
+// activation tiles (gemm.h's q8 tiles with kMatrixTileRows rows, read in place), handing each
+// block's int32 sums to the caller's float code. Included only by files compiled with
+// -mamx-tile -mamx-int8 -mamx-bf16; everything is in an unnamed namespace.
 //
 // Why a block at a time: every 32-element block has its own scales per weight row and per
 // activation row, so the sums cannot stay in the tile over K. Each block's 16 x 16 sums leave

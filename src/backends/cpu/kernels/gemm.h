@@ -109,14 +109,26 @@ struct PackedKernels {
     const PackedKernels* coarse = nullptr;
     // Kernels for kMatrixUnitMinRows activation rows or more (rows x pairs), where they differ:
     // matrix-unit tiles with an activation format of their own (AMX int8: the q8 tiles with 16
-    // rows; F16/BF16 weights through AMX-BF16, in fast mode: the precise kernels have none).
-    // Applied after precise and coarse. Null: these kernels.
+    // rows; AMX-BF16: the BF16 matrix tiles of gemm_bf16_matrix.h). Applied after precise and
+    // coarse, for one activation row per output (fast mode, and precise kernels of their own).
+    // Null: these kernels.
     const PackedKernels* batch = nullptr;
+    // The same for precise mode's residual pairs (pairs == 2), which the BF16 tiles do not take:
+    // the AMX int8 kernels, or null (these kernels).
+    const PackedKernels* batch_pairs = nullptr;
     // Activation rows per tile (kActTile, or kMatrixTileRows for the AMX int8 kernels).
     int tile_rows = kActTile;
     // Per-thread scratch the gemm needs for K-element rows (GemmTask::scratch); null: none.
     size_t (*gemm_scratch_bytes)(int64_t K) = nullptr;
 };
+// k with other batch kernels: a copy, which the callers keep in a static per type and CPU
+// choice (the same on every call).
+inline PackedKernels with_batch(const PackedKernels& k, const PackedKernels* batch, const PackedKernels* batch_pairs) {
+    PackedKernels c = k;
+    c.batch = batch;
+    c.batch_pairs = batch_pairs;
+    return c;
+}
 // Activation rows (rows x pairs) from which the matrix-unit (AMX) tiles run: below, a weight
 // group's unpacking (and, for F16, conversion) feeds too few rows, and it does not overlap the
 // weights' stream from memory as the VNNI tiles' loads do. Batched decoding of the 1b Q4_0
@@ -137,7 +149,7 @@ inline PackedPlan packed_plan(const PackedKernels& pk, int64_t K, bool precise, 
     const PackedKernels* k = precise && pk.precise ? pk.precise : &pk;
     const int pairs = precise && !pk.precise ? 2 : 1;
     if (coarse && !precise && k->coarse && rows > kActTile) k = k->coarse;
-    if (k->batch && rows * pairs >= kMatrixUnitMinRows) k = k->batch;
+    if (const PackedKernels* b = pairs == 2 ? k->batch_pairs : k->batch; b && rows * pairs >= kMatrixUnitMinRows) k = b;
     return {.k = k, .pairs = pairs, .tile_bytes = k->tile_bytes ? k->tile_bytes(K) : act_tile_bytes(K), .tile_rows = k->tile_rows};
 }
 // Activation bytes for `rows` output rows of one matmul (every plan of a size takes the same).

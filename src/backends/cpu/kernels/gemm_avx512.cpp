@@ -89,16 +89,11 @@ namespace {
 const PackedKernels* with_amx_batch(Type t, const PackedKernels* k) {
     const PackedKernels* amx = packed_amx(t);
     if (!amx || !k) return k;
-    auto with = [&] {
-        PackedKernels c = *k;
-        c.batch = amx;
-        return c;
-    };
     if (t == Type::Q4_0) {
-        static const PackedKernels kQ4_0With = with();
+        static const PackedKernels kQ4_0With = with_batch(*k, amx, amx);
         return &kQ4_0With;
     }
-    static const PackedKernels kQ8_0With = with();
+    static const PackedKernels kQ8_0With = with_batch(*k, amx, amx);
     return &kQ8_0With;
 }
 }  // namespace

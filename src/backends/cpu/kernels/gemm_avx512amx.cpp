@@ -1,8 +1,10 @@
 // AMX int8 GEMM for q4_0 and q8_0 weights (gemm.h) in prompts and batched decoding, on CPUs
 // with AMX-INT8 (Intel Sapphire Rapids and later) where the OS grants this process the tile
-// state (CpuFeatures::amx_int8): the PackedKernels::batch of the VNNI kernels of
-// gemm_avx512*.cpp from kMatrixUnitMinRows activation rows. Fewer rows (generation) keep the
-// VNNI tiles, which stream the weights from memory; so do CPUs without AMX.
+// state (CpuFeatures::amx_int8): the PackedKernels::batch_pairs (precise mode) and batch of the
+// VNNI kernels of gemm_avx512*.cpp from kMatrixUnitMinRows activation rows; outside precise
+// mode the BF16 matrix tiles replace them where the CPU also has AMX-BF16 (gemm_bf16_matrix.h).
+// Fewer rows (generation) keep the VNNI tiles, which stream the weights from memory; so do CPUs
+// without AMX.
 //
 // One tdpbssd multiplies a 16 x 32 tile of int8 activations (one block of a 16-row activation
 // tile, gemm.h's kMatrixTileRows layout, read in place) with a 32 x 16 tile of int8 weights

@@ -62,12 +62,6 @@ namespace detail {
 const PackedKernels* float_scalar(Type t, FastPath p);
 #if defined(KILN_ARCH_X86)
 const PackedKernels* float_avx512(Type t, FastPath p, const CpuFeatures& f);  // null if f lacks it
-// Per-thread scratch of the AMX-BF16 gemm for F16 weights: two groups converted to BF16.
-inline size_t amx_f16_scratch_bytes(int64_t K) { return 2 * static_cast<size_t>(K / kPackCols16) * kWBlockBytes; }
-// The AMX-BF16 gemm of the Bf16 path's arithmetic (gemm_float_avx512amx.cpp), null where the
-// build has none. packed_float_avx512 makes it the PackedKernels::batch of the fast path's
-// kernels where CpuFeatures::amx_bf16.
-GemmFn float_amx_gemm(Type t);
 #endif
 }  // namespace detail
 

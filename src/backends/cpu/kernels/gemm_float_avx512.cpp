@@ -509,38 +509,8 @@ const PackedKernels* float_gemm::detail::float_avx512(Type t, FastPath p, const 
     return nullptr;
 }
 
-namespace {
-// k (fast_path(t)'s kernels for t, the same on every call: the path is fixed for the process)
-// with the AMX-BF16 kernels as its batch kernels; null where the build has no AMX kernels.
-const PackedKernels* with_amx_batch(Type t, const PackedKernels& k) {
-    using float_gemm::detail::float_amx_gemm;
-    if (!float_amx_gemm(t)) return nullptr;
-    auto with = [&k](const PackedKernels& batch) {
-        PackedKernels c = k;
-        c.batch = &batch;
-        return c;
-    };
-    if (t == Type::F16) {
-        static const PackedKernels kAmx{.offset = 0, .quantize_act = act_bf16, .gemm = float_amx_gemm(Type::F16), .tile_bytes = bf16_tile_bytes,
-                                        .precise = &kF16Precise, .gemm_scratch_bytes = float_gemm::detail::amx_f16_scratch_bytes};
-        static const PackedKernels kWith = with(kAmx);
-        return &kWith;
-    }
-    static const PackedKernels kAmx{.offset = 0, .quantize_act = act_bf16, .gemm = float_amx_gemm(Type::BF16), .tile_bytes = bf16_tile_bytes,
-                                    .precise = &kBF16Precise};
-    static const PackedKernels kWith = with(kAmx);
-    return &kWith;
-}
-}  // namespace
-
 namespace detail {
-const PackedKernels* packed_float_avx512(Type t, const CpuFeatures& f) {
-    const PackedKernels* k = float_gemm::detail::float_avx512(t, float_gemm::fast_path(t), f);
-    if (k && f.amx_bf16) {
-        if (const PackedKernels* b = with_amx_batch(t, *k)) return b;
-    }
-    return k;
-}
+const PackedKernels* packed_float_avx512(Type t, const CpuFeatures& f) { return float_gemm::detail::float_avx512(t, float_gemm::fast_path(t), f); }
 }  // namespace detail
 
 }  // namespace kiln::cpu

@@ -186,27 +186,7 @@ const PackedKernels* float_gemm::detail::float_scalar(Type t, FastPath p) {
 }
 
 namespace detail {
-// Where the AVX-512 kernels take the AMX-BF16 tiles for batches (packed_float_avx512), the
-// reference does the same arithmetic there: the Bf16 path.
-const PackedKernels* packed_float_scalar(Type t) {
-    const PackedKernels* k = float_gemm::detail::float_scalar(t, float_gemm::fast_path(t));
-#if defined(KILN_ARCH_X86)
-    if (k && cpu_features().amx_bf16 && float_gemm::detail::float_amx_gemm(t)) {
-        auto with = [k](Type type) {
-            PackedKernels c = *k;
-            c.batch = float_gemm::detail::float_scalar(type, float_gemm::FastPath::Bf16);
-            return c;
-        };
-        if (t == Type::F16) {
-            static const PackedKernels kWith = with(Type::F16);
-            return &kWith;
-        }
-        static const PackedKernels kWith = with(Type::BF16);
-        return &kWith;
-    }
-#endif
-    return k;
-}
+const PackedKernels* packed_float_scalar(Type t) { return float_gemm::detail::float_scalar(t, float_gemm::fast_path(t)); }
 }  // namespace detail
 
 }  // namespace kiln::cpu

@@ -547,14 +547,10 @@ namespace detail {
 namespace {
 // kQ4_K (and its coarse kernels) with the AMX int8 kernels as their batch kernels.
 const PackedKernels* q4_K_with_amx_batch() {
-    static const PackedKernels kCoarse = [] {
-        PackedKernels c = kQ4_KCoarse;
-        c.batch = packed_kquants_amx(Type::Q4_K, true);
-        return c;
-    }();
+    static const PackedKernels kCoarse = with_batch(kQ4_KCoarse, packed_kquants_amx(Type::Q4_K, true), nullptr);
     static const PackedKernels kWith = [] {
-        PackedKernels c = kQ4_K;
-        c.batch = packed_kquants_amx(Type::Q4_K, false);
+        const PackedKernels* amx = packed_kquants_amx(Type::Q4_K, false);
+        PackedKernels c = with_batch(kQ4_K, amx, amx);
         c.coarse = &kCoarse;
         return c;
     }();

@@ -1,8 +1,10 @@
 // AMX int8 GEMM for Q4_K weights (gemm.h) in prompts and batched decoding, on CPUs where
-// CpuFeatures::amx_int8: the PackedKernels::batch of the VNNI kernels of
-// gemm_kquants_avx512.cpp from kMatrixUnitMinRows activation rows (fewer keep those). Q6_K
-// keeps the VNNI kernels: its 16-element sub-blocks take two products and two tilestored per
-// 32 elements, and measured (bench_gemm, one thread) +8% at 128 rows, -12% at 512.
+// CpuFeatures::amx_int8: the PackedKernels::batch_pairs (precise mode) and batch of the VNNI
+// kernels of gemm_kquants_avx512.cpp from kMatrixUnitMinRows activation rows (fewer keep
+// those); outside precise mode the BF16 matrix tiles replace them where the CPU also has
+// AMX-BF16 (gemm_bf16_matrix.h). Q6_K has no int8 tile kernels: its 16-element sub-blocks take
+// two products and two tilestored per 32 elements, and measured (bench_gemm, one thread) +8%
+// at 128 rows, -12% at 512.
 //
 // Each 16-row group is decoded once per activation slice, into the thread's scratch, by the
 // VNNI kernels' own decoder (decode_kquant_group_avx512: unsigned 4-bit quants in the tile

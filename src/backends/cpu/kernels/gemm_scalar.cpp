@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backends/cpu/kernels/gemm.h"
+#include "backends/cpu/kernels/gemm_bf16_matrix.h"
 #include "core/float_convert.h"
 #include "core/quant_blocks.h"
 
@@ -112,9 +113,10 @@ const PackedKernels* packed_scalar(Type t) {
 const PackedKernels* packed_kernels(Type t, Isa isa) {
 #if defined(KILN_ARCH_X86)
     if (isa == Isa::Avx512) {
-        if (const PackedKernels* k = detail::packed_avx512(t, cpu_features())) return k;
-        if (const PackedKernels* k = detail::packed_float_avx512(t, cpu_features())) return k;
-        if (const PackedKernels* k = detail::packed_kquants_avx512(t, cpu_features())) return k;
+        const PackedKernels* k = detail::packed_avx512(t, cpu_features());
+        if (!k) k = detail::packed_float_avx512(t, cpu_features());
+        if (!k) k = detail::packed_kquants_avx512(t, cpu_features());
+        if (k) return bf16_matrix::detail::with_batches(t, k, false);  // AMX-BF16 tiles for batches
     }
     // AVX-512 CPUs without VNNI (Skylake-SP) run the AVX2 kernels for the int8 types.
     if (isa == Isa::Avx2 || isa == Isa::Avx512) {
@@ -123,8 +125,9 @@ const PackedKernels* packed_kernels(Type t, Isa isa) {
         if (const PackedKernels* k = detail::packed_float_avx2(t, cpu_features())) return k;
     }
 #endif
+    // The reference takes what the AVX-512 kernels take for batches, so it mirrors them.
     (void)isa;
-    return detail::packed_scalar(t);
+    return bf16_matrix::detail::with_batches(t, detail::packed_scalar(t), true);
 }
 
 bool packed_accelerated(Type t, Isa isa) {
