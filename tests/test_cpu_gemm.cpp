@@ -454,6 +454,20 @@ TEST(PackedGemmAmx, Bf16MatrixTilesMatchTheirReference) {
             }
         }
     }
+    // Two activation slices (about 3 MiB of 16-row tiles: 12 tiles of K = 8192), the second of one tile.
+    for (Type t : {Type::Q4_K, Type::F16}) {
+        const int64_t K = 8192, N = 48, M = 200;
+        const Weights w = make_weights(t, K, N, 23);
+        const std::vector<float> x = make_acts(K, M, 29);
+        const std::vector<float> a = run_kernels(*kiln::cpu::packed_kernels(t, Isa::Avx512), t, w, x, K, N, M, false);
+        const std::vector<float> b = run_kernels(*bm::detail::kernels_scalar(t), t, w, x, K, N, M, false);
+        double err = 0, norm = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            err += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+            norm += static_cast<double>(b[i]) * b[i];
+        }
+        EXPECT_LT(std::sqrt(err / norm), 3e-6) << kiln::type_name(t) << " K " << K << " M " << M;  // float sums 4x longer
+    }
 }
 #endif
 

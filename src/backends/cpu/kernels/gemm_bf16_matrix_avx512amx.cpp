@@ -8,8 +8,8 @@
 // F16 kernel), this halves the bytes loaded per multiply-add, which the tile loads from L2
 // bound: bench_gemm f16 M 128 / 512, one thread, docs/engine.md.
 //
-// Weight groups are decoded to BF16 once per activation slice (about 1.25 MiB of activation
-// tiles, kept in L2) into the thread's scratch: F16 rounded chunk by chunk; Q4_K and Q6_K
+// Weight groups are decoded to BF16 once per activation slice (about 3 MiB of activation tiles,
+// kSliceBytes) into the thread's scratch: F16 rounded chunk by chunk; Q4_K and Q6_K
 // through the VNNI kernels' decoder (decode_kquant_group_avx512: 8-bit quants and float scale
 // vectors per super-block), then w = d * sc * q - dmin * m (Q4_K, one FMA) or d * sc * (q - 32)
 // (Q6_K) in float, rounded to BF16. BF16 weights are read in place.
@@ -188,14 +188,22 @@ inline void store_sums(int tmm, float* y, int64_t y_stride, int nc) {
 
 using PrepareFn = void (*)(const uint8_t* wg, int64_t K, uint8_t* out);
 
+// Activation bytes per slice: each group is decoded once per slice, so larger slices decode less
+// often, while their tiles come from L3 rather than L2 (2 MiB a core here); the tile loads
+// tolerate that. kiln-bench pp128 / pp512 on the 1b models, 2 threads, alternated, 1.25 MiB (all
+// of a slice in L2) -> 3 MiB: Q4_0 667-690 / 617-618 -> 708-723 / 653-665, Q8_0 606-607 / 605-616
+// -> 636-650 / 672-677, F16 490-493 / 537-545 -> 536-538 / 637-642, Q4_K_M pp512 617-645 ->
+// 676-726; 6 and 16 MiB measured as 3 (the ffn_down product, K = 5632, had slices of 96 rows).
+constexpr size_t kSliceBytes = size_t{3} << 20;
+
 // kPrepare null: BF16 weights, read in place.
 template <PrepareFn kPrepare>
 void gemm_amx(const GemmTask& t) {
     const int64_t nb = t.K / 32;
     const size_t tb = tile_bytes(t.K);
     const int64_t n_tiles = (t.M + kMatrixTileRows - 1) / kMatrixTileRows;
-    // Activation tiles in slices that stay in L2 beside the two decoded groups, in pairs.
-    const int64_t slice = std::max<int64_t>(2, static_cast<int64_t>((size_t{5} << 18) / tb) & ~int64_t{1});
+    // Activation tiles in slices of about kSliceBytes, in pairs.
+    const int64_t slice = std::max<int64_t>(2, static_cast<int64_t>(kSliceBytes / tb) & ~int64_t{1});
     const TileConfig cfg = tile_config();
     _tile_loadconfig(&cfg);
     for (int64_t s0 = 0; s0 < n_tiles; s0 += slice) {
