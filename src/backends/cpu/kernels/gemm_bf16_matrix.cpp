@@ -2,11 +2,11 @@
 // compute, row by row. Each group's 16 rows are unpacked, dequantized by the core's
 // dequantize_row and rounded to BF16; each output sums the exact float products of BF16 pairs
 // in element order (as tdpbf16ps adds them, up to the rounding of its steps).
-#include <bit>
 #include <cstring>
 #include <vector>
 
 #include "backends/cpu/kernels/gemm_bf16_matrix.h"
+#include "backends/cpu/kernels/gemm_float.h"
 #include "core/float_convert.h"
 #include "core/quant.h"
 #include "core/quant_repack.h"
@@ -28,12 +28,7 @@ const PackedKernels* kernels_amx_or_null(Type t) {
 
 namespace {
 
-// float -> BF16 as vcvtne2ps2bf16: round to nearest even, subnormal inputs to (signed) zero.
-bf16_t round_bf16(float f) {
-    const uint32_t x = std::bit_cast<uint32_t>(f);
-    if ((x & 0x7f800000u) == 0) return static_cast<bf16_t>((x >> 16) & 0x8000u);
-    return fp32_to_bf16(f);
-}
+using float_gemm::to_bf16;
 
 template <Type T>
 void gemm_ref(const GemmTask& t) {
@@ -46,7 +41,7 @@ void gemm_ref(const GemmTask& t) {
         for (int r = 0; r < kPackRows; ++r) {
             unpack_row(T, t.w + g * t.w_group_bytes, K, r, row.data());
             dequantize_row(T, row.data(), deq.data(), K);
-            for (int64_t k = 0; k < K; ++k) w[r * K + k] = bf16_to_fp32(round_bf16(deq[k]));
+            for (int64_t k = 0; k < K; ++k) w[r * K + k] = bf16_to_fp32(to_bf16(deq[k]));
         }
         for (int64_t m = 0; m < t.M; ++m) {
             const uint8_t* xt = t.x + (m / kMatrixTileRows) * tb + (m % kMatrixTileRows) * kRowBytes;
@@ -100,7 +95,7 @@ const PackedKernels* wrapped(const PackedKernels& k) {
 namespace detail {
 void act_scalar(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {
     for (int64_t k = 0; k < K; ++k) {
-        const bf16_t v = round_bf16(x[k]);
+        const bf16_t v = to_bf16(x[k]);
         std::memcpy(tile + (k / 32) * kActBlockBytes + col * kRowBytes + 2 * (k % 32), &v, 2);
     }
 }

@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "backends/cpu/kernels/amx_tiles.h"  // TileConfig
+#include "backends/cpu/kernels/dot_avx512.h"  // lane_byte, f16_chunk_to_bf16
 #include "core/quant_blocks.h"
 
 namespace kiln::cpu::bf16_matrix {
@@ -50,21 +51,8 @@ void act_avx512(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool
 
 // ---- weights to BF16 B operands ----
 
-// One 64-byte F16 chunk rounded to BF16 in the same lanes.
-inline __m512i f16_chunk_to_bf16(const uint8_t* p) {
-    const __m512 lo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    const __m512 hi = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
-    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-}
-
 void prepare_f16(const uint8_t* wg, int64_t K, uint8_t* out) {
-    for (int64_t c = 0; c < K / 2; ++c) _mm512_store_si512(out + 64 * c, f16_chunk_to_bf16(wg + 64 * c));
-}
-
-// Byte i of every 32-bit lane, zero-extended.
-inline __m512i lane_byte(__m512i v, int i) {
-    const int base = static_cast<int>(0x80808000u) | i;
-    return _mm512_shuffle_epi8(v, _mm512_set4_epi32(base + 12, base + 8, base + 4, base));
+    for (int64_t c = 0; c < K / 2; ++c) _mm512_store_si512(out + 64 * c, reinterpret_cast<__m512i>(f16_chunk_to_bf16(wg + 64 * c)));
 }
 
 // The two B chunks of a decoded quant register (lane r: quants 4c..4c+3 of row r) whose

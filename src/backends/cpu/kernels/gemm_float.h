@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "backends/cpu/kernels/gemm.h"
+#include "core/float_convert.h"
 #include "core/quant_blocks.h"
 
 namespace kiln::cpu::float_gemm {
@@ -48,6 +49,14 @@ inline float half_row_scale(float amax) {
     const uint32_t e = std::bit_cast<uint32_t>(amax) >> 23;  // biased exponent: amax in [2^(e-127), 2^(e-126))
     if (e >= 27 && e <= 227) return std::bit_cast<float>((254u - e) << 23);  // 2^(127 - e)
     return half_row_scale_slow(amax);
+}
+
+// float -> bf16 as vcvtneps2bf16 does it: round to nearest even, subnormal inputs to (signed)
+// zero, so the scalar references and the SIMD kernels round identically bit for bit.
+inline bf16_t to_bf16(float f) {
+    const uint32_t x = std::bit_cast<uint32_t>(f);
+    if ((x & 0x7f800000u) == 0) return static_cast<bf16_t>((x >> 16) & 0x8000u);
+    return fp32_to_bf16(f);
 }
 
 enum class FastPath : uint8_t { F32, Bf16, Half };

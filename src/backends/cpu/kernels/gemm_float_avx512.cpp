@@ -37,6 +37,7 @@
 #include <bit>
 #include <cstring>
 
+#include "backends/cpu/kernels/dot_avx512.h"
 #include "backends/cpu/kernels/gemm_float.h"
 #include "backends/cpu/kernels/reduce_avx512.h"
 
@@ -58,13 +59,6 @@ inline double load64(const float* p) {
     double v;
     std::memcpy(&v, p, sizeof v);
     return v;
-}
-
-// One 64-byte F16 chunk (16 rows x 2 elements) rounded to BF16, lane order unchanged.
-inline __m512bh f16_chunk_to_bf16(const uint8_t* p) {
-    const __m512 lo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    const __m512 hi = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
-    return _mm512_cvtne2ps_pbh(hi, lo);
 }
 
 // ---- activations ----

@@ -19,14 +19,6 @@ namespace {
 
 using namespace float_gemm;
 
-// float -> bf16 as vcvtneps2bf16 does it: round to nearest even, subnormal inputs to
-// (signed) zero, so the scalar and SIMD tiles are identical bit for bit.
-bf16_t to_bf16(float f) {
-    const uint32_t x = std::bit_cast<uint32_t>(f);
-    if ((x & 0x7f800000u) == 0) return static_cast<bf16_t>((x >> 16) & 0x8000u);
-    return fp32_to_bf16(f);
-}
-
 // Fast mode: column col of a BF16 tile. Nothing to add for a residual (precise mode uses
 // the F32 format instead), so with_resid is never set.
 void act_bf16_ref(const float* x, int64_t K, int32_t, uint8_t* tile, int col, bool) {

@@ -52,11 +52,6 @@ inline void prefetch_ahead_part(const WeightsPrefetch& wp, const uint8_t* blk, i
     prefetch_weights_part<kBytes, 8, kPrefetchBlocks * kBytes>(wp, blk, part);
 }
 
-// Byte t of every 32-bit lane, zero-extended (vpshufb: indices within each 128-bit lane).
-inline __m512i lane_byte(__m512i v, int t) {
-    const int base = static_cast<int>(0x80808000u) | t;
-    return _mm512_shuffle_epi8(v, _mm512_set4_epi32(base + 12, base + 8, base + 4, base));
-}
 // Byte t of every 32-bit lane, sign-extended.
 inline __m512i lane_byte_signed(__m512i v, int t) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * t), 24); }
 
