@@ -35,6 +35,7 @@
 #include "core/graph.h"
 #include "core/kv_layout.h"
 #include "core/quant.h"
+#include "core/quant_blocks.h"
 #include "core/quant_repack.h"
 #include "core/types.h"
 #include "test_support.h"
@@ -1249,6 +1250,56 @@ TEST(MulMatPacked, ConsecutiveProductsOfOneInputMatchProductsAlone) {
             }
             ASSERT_NE(sum, nullptr);
         }
+    }
+}
+
+// What a thread asks for while it waits before a product (CpuBackend::compute, IdlePrefetch): in
+// generation the first weights of its own region of the product's groups (the work regions split
+// a group of products as one index space), up to the byte budget, across products of a group;
+// nothing for prompts; kept, with its progress, when planned again for the same product.
+TEST(IdlePrefetch, PlansTheFirstWeightsOfTheThreadsRegion) {
+    const int64_t K = 64;
+    const Type t = Type::Q4_0;
+    const size_t gb = kiln::row_size(t, K) * kiln::kPackRows;  // bytes of one 16-row group
+    Harness h(1);
+    std::vector<uint8_t> w0(3 * gb), w1(5 * gb);  // 3 and 5 groups: 8 in the joint index space
+    auto weight = [&](std::vector<uint8_t>& bytes, int64_t n, const char* name) {
+        Tensor* w = h.g.leaf(t, {K, n, 1, 1}, name, bytes.data());
+        w->layout = kiln::Layout::Packed16;
+        return w;
+    };
+    Tensor* a = weight(w0, 48, "w0");
+    Tensor* b = weight(w1, 80, "w1");
+    for (int64_t M : {int64_t{1}, int64_t{9}}) {
+        Tensor* x = h.g.leaf(Type::F32, {K, M, 1, 1}, "x", h.hold(static_cast<size_t>(K * M) * sizeof(float)));
+        const Tensor* group[] = {h.g.mul_mat(a, x), h.g.mul_mat(b, x)};
+        kiln::cpu::IdlePrefetch idle;
+        kiln::cpu::plan_idle_prefetch(group, 0, 2, size_t{1} << 20, idle);
+        if (M > 8) {  // a prompt: the weights are read from the caches by many tiles, nothing asked
+            EXPECT_EQ(0u, idle.n);
+            continue;
+        }
+        // thread 0 of 2: groups 0..3, i.e. all of w0 and w1's first group
+        ASSERT_EQ(2u, idle.n);
+        EXPECT_EQ(w0.data(), idle.ranges[0].p);
+        EXPECT_EQ(3 * gb, static_cast<size_t>(idle.ranges[0].end - idle.ranges[0].p));
+        EXPECT_EQ(w1.data(), idle.ranges[1].p);
+        EXPECT_EQ(gb, static_cast<size_t>(idle.ranges[1].end - idle.ranges[1].p));
+        // thread 1 (its own record): groups 4..7 = w1's groups 1..4, cut at the budget
+        idle = kiln::cpu::IdlePrefetch{};
+        kiln::cpu::plan_idle_prefetch(group, 1, 2, gb + 100, idle);
+        ASSERT_EQ(1u, idle.n);
+        EXPECT_EQ(w1.data() + gb, idle.ranges[0].p);
+        EXPECT_EQ(gb + 100, static_cast<size_t>(idle.ranges[0].end - idle.ranges[0].p));
+        // Planned again for the same product: the requests already made are not repeated.
+        ASSERT_TRUE(idle.step());
+        const uint8_t* after_step = idle.ranges[0].p;
+        EXPECT_GT(after_step, w1.data() + gb);
+        kiln::cpu::plan_idle_prefetch(group, 1, 2, gb + 100, idle);
+        EXPECT_EQ(after_step, idle.ranges[0].p);
+        int steps = 1;
+        while (idle.step()) ++steps;
+        EXPECT_EQ(static_cast<int>((gb + 100 + 255) / 256), steps);  // 4 lines a step
     }
 }
 

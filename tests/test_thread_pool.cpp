@@ -72,17 +72,25 @@ TEST_P(ThreadPoolSizes, BarrierOrdersPhases) {
 }
 
 // Data written before a barrier by one thread is visible to the others after it
-// (plain, non-atomic memory: the barrier must synchronise).
+// (plain, non-atomic memory: the barrier must synchronise), also in the phases where a waiting
+// thread asks for memory meanwhile (IdlePrefetch, as the CPU backend's generation does).
 TEST_P(ThreadPoolSizes, BarrierPublishesPlainWrites) {
     const int n = GetParam();
     ThreadPool pool(n);
     constexpr int kPhases = 100;
     std::vector<int> slots(static_cast<size_t>(n), 0);
+    std::vector<uint8_t> weights(size_t{1} << 20);
     std::atomic<int> wrong{0};
     pool.run([&](int ith, int nth) {
+        kiln::cpu::IdlePrefetch idle;
         for (int p = 1; p <= kPhases; ++p) {
             slots[static_cast<size_t>(ith)] = p;
-            pool.barrier();
+            idle = kiln::cpu::IdlePrefetch{};
+            if (p % 2) {
+                idle.ranges[0] = {weights.data(), weights.data() + weights.size()};
+                idle.n = 1;
+            }
+            pool.barrier(&idle);
             for (int j = 0; j < nth; ++j) {
                 if (slots[static_cast<size_t>(j)] != p) wrong.fetch_add(1);
             }

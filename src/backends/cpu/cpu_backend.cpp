@@ -1,11 +1,16 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <new>
 #include <stdexcept>
 #include <string>
+
+#if defined(__linux__)
+#include <unistd.h>
+#endif
 
 #include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/kernels.h"
@@ -76,7 +81,23 @@ bool CpuBackend::precise(const Tensor& n) const {
     return false;
 }
 
-CpuBackend::CpuBackend(CpuBackendOptions opts) : precision_(opts.matmul_precision), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores()), work_(pool_.size()) {}
+namespace {
+// What a thread waiting at a barrier asks for of the next product's weights (IdlePrefetch): 1 MiB,
+// at most half of the L2 cache where the system says how big it is. kiln-bench tg32 on the 1b
+// Q4_0 model, 2 threads, AMX Xeon (2 MiB L2 per core), alternated: 0 / 256 / 512 / 1024 KiB
+// 52.8-53.0 / 52.9-53.6 / 52.7-53.7 / 53.5-54.3 t/s; Q4_K_M 1024 KiB: +2%.
+size_t idle_prefetch_bytes() {
+    size_t bytes = size_t{1} << 20;
+#if defined(__linux__) && defined(_SC_LEVEL2_CACHE_SIZE)
+    if (const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE); l2 > 0) bytes = std::min(bytes, static_cast<size_t>(l2) / 2);
+#endif
+    return bytes;
+}
+}  // namespace
+
+CpuBackend::CpuBackend(CpuBackendOptions opts)
+    : precision_(opts.matmul_precision), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores()), work_(pool_.size()),
+      idle_prefetch_bytes_(idle_prefetch_bytes()) {}
 
 bool CpuBackend::supports_op(const Tensor& t) const {
     switch (t.op) {
@@ -133,6 +154,12 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         for (size_t j = 1; j < g; ++j) group[i + j] = 0;
         i += g - 1;
     }
+    // next_product[i]: the first packed product (a group's first node) at i or after; n: none.
+    std::vector<size_t> next_product(nodes.size() + 1, nodes.size());
+    for (size_t i = nodes.size(); i-- > 0;) {
+        const bool product = group[i] > 0 && nodes[i]->op == Op::MulMat && nodes[i]->src[0]->layout == Layout::Packed16;
+        next_product[i] = product ? i : next_product[i + 1];
+    }
     const bool profiling = profiling_;
     if (profiling) profile_.begin_graph(nodes, group, nth);
     pool_.run([&](int ith, int n_threads) {
@@ -143,7 +170,16 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         ctx.acts = &acts;
         ctx.ith = ith;
         ctx.nth = n_threads;
-        ctx.barrier = [this] { pool_.barrier(); };
+        IdlePrefetch idle;
+        auto plan_idle = [&](size_t from) {
+            const size_t j = next_product[from];
+            if (j == nodes.size() || idle_prefetch_bytes_ == 0) {
+                idle.clear();
+                return;
+            }
+            plan_idle_prefetch(std::span<const Tensor* const>(nodes.data() + j, group[j]), ith, n_threads, idle_prefetch_bytes_, idle);
+        };
+        ctx.barrier = [this, &idle] { pool_.barrier(&idle); };
         ctx.scratch = scratch_.data();
         ctx.scratch_size = scratch_.size();
         ctx.work = &work_;
@@ -155,18 +191,20 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
             if (!fn || group[i] == 0) continue;  // views: nothing to compute; grouped: done with the first
             if (n->op != Op::MulMat || n->src[0]->layout != Layout::Packed16) acts.x = nullptr;
             ctx.precise = precise(*n);
+            plan_idle(i);
             const auto t0 = profiling ? OpProfile::Clock::now() : OpProfile::Clock::time_point{};
             if (group[i] > 1) {
                 op_mul_mat_group(std::span<const Tensor* const>(nodes.data() + i, group[i]), ctx);
             } else {
                 fn(*n, ctx);
             }
+            plan_idle(i + 1);
             if (!profiling) {
-                pool_.barrier();
+                pool_.barrier(&idle);
                 continue;
             }
             const auto t1 = OpProfile::Clock::now();
-            pool_.barrier();
+            pool_.barrier(&idle);
             profile_.record(ith, i, t0, t1, OpProfile::Clock::now());
         }
     });

@@ -42,6 +42,7 @@ private:
     ThreadPool pool_;
     std::vector<uint8_t> scratch_;  // grows to the largest need seen
     WorkRegions work_;  // ComputeContext::work (after pool_: sized by it)
+    size_t idle_prefetch_bytes_;  // per thread and product (idle_prefetch.h); 0: none
     bool profiling_ = false;
     OpProfile profile_;
 };

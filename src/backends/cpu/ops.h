@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "backends/cpu/idle_prefetch.h"
 #include "backends/cpu/work_regions.h"
 #include "core/tensor.h"
 
@@ -81,6 +82,11 @@ void op_mul_mat(const Tensor& t, ComputeContext& ctx);
 // none; at most kMaxMulMatGroup): packed weights whose activation format is the same under
 // this precision. op_mul_mat_group computes them (all with ctx.precise as for the first).
 inline constexpr size_t kMaxMulMatGroup = 4;
+// Plans what thread ith asks for while it waits before the products `nodes` (a group as
+// op_mul_mat_group runs it, or one product): the first `bytes` of the packed weights it computes
+// first, when they stream from memory (generation); nothing otherwise. Kept as it is when idle
+// already holds this plan.
+void plan_idle_prefetch(std::span<const Tensor* const> nodes, int ith, int nth, size_t bytes, IdlePrefetch& idle);
 size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse);
 void op_mul_mat_group(std::span<const Tensor* const> nodes, ComputeContext& ctx);
 void op_add(const Tensor& t, ComputeContext& ctx);

@@ -196,6 +196,35 @@ size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coa
     return n;
 }
 
+void plan_idle_prefetch(std::span<const Tensor* const> nodes, int ith, int nth, size_t bytes, IdlePrefetch& idle) {
+    if (idle.key == nodes[0]->src[0]->data) return;  // already planned: keep what was asked
+    idle.clear();
+    idle.key = nodes[0]->src[0]->data;
+    const Tensor& x = *nodes[0]->src[1];
+    // Only where the weights stream from memory once: generation (one activation tile).
+    if (x.nrows() == 0 || x.nrows() > kActTile) return;
+    const int64_t K = x.ne[0];
+    int64_t n_groups = 0;
+    for (const Tensor* t : nodes) n_groups += t->src[0]->ne[1] / kPackRows;
+    int64_t g0, g1;
+    split_rows(n_groups, ith, nth, g0, g1);  // this thread's region (WorkRegions::reset splits alike)
+    int64_t base = 0;
+    for (const Tensor* t : nodes) {
+        if (bytes == 0 || g0 >= g1 || idle.n == IdlePrefetch::kMaxRanges) break;
+        const int64_t ng = t->src[0]->ne[1] / kPackRows;
+        if (g0 < base + ng) {
+            const size_t group_bytes = row_size(t->src[0]->type, K) * kPackRows;
+            const int64_t e = std::min(g1, base + ng);
+            const size_t len = std::min(bytes, static_cast<size_t>(e - g0) * group_bytes);
+            const auto* p = static_cast<const uint8_t*>(t->src[0]->data) + static_cast<size_t>(g0 - base) * group_bytes;
+            idle.ranges[idle.n++] = {p, p + len};
+            bytes -= len;
+            g0 = e;
+        }
+        base += ng;
+    }
+}
+
 void op_mul_mat_group(std::span<const Tensor* const> nodes, ComputeContext& ctx) {
     if (nodes[0]->src[1]->nrows() == 0) return;
     mul_mat_packed(nodes, ctx);

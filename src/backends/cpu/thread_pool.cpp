@@ -121,7 +121,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
-void ThreadPool::barrier() {
+void ThreadPool::barrier(IdlePrefetch* idle) {
     const int team = team_.load(std::memory_order_acquire);
     if (team == 1) return;
     const uint32_t phase = barrier_phase_.load(std::memory_order_acquire);
@@ -134,6 +134,7 @@ void ThreadPool::barrier() {
     int spins = 0;
     while (barrier_phase_.load(std::memory_order_acquire) == phase) {
         if (aborted_.load(std::memory_order_acquire)) throw Aborted{};
+        if (idle && idle->step()) continue;
         if (++spins > 2000) std::this_thread::yield();
     }
 }

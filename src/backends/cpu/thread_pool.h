@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/idle_prefetch.h"
+
 namespace kiln::cpu {
 
 class ThreadPool {
@@ -29,7 +31,8 @@ public:
     void run(const std::function<void(int ith, int nth)>& fn);
     // Waits until every thread of the current run() has reached the barrier. If another thread
     // threw, it unwinds this one too (so one failing op cannot leave the others waiting forever).
-    void barrier();
+    // idle: what this thread asks the memory system for while it waits (null: nothing).
+    void barrier(IdlePrefetch* idle = nullptr);
 
 private:
     void worker(int ith);

@@ -166,11 +166,20 @@ inline size_t packed_gemm_scratch_bytes(const PackedKernels& pk, int64_t K, int6
 // Weights that stream from memory (generation tiles, and the first tile to read each group in
 // prompts) are asked for ahead of use: "near" requests into L1 kL1Ahead bytes ahead, and "far"
 // ones WeightsPrefetch::far_bytes ahead. How, depends on the CPU (weights_prefetch):
-// - Intel: near into L1 4 KiB ahead, far into L2 (prefetcht1) 16 KiB ahead. The L2 requests keep
-//   more lines in flight than L1's fill buffers allow: one thread streaming 300 MiB through the
-//   precise q4_0 generation tile read at 83% of a plain read with the L1 requests alone and at
-//   90-100% with both (L1 1-4 KiB, L2 8-24 KiB ahead all measured alike); kiln-bench tg32 on
-//   the 1b Q4_0 model, alternated runs: +8%.
+// - Intel: near into L1 4 KiB ahead, far into L2 (prefetcht1) 6 KiB ahead (at least the near
+//   distance + 1 KiB: Q6_K's 7.6 KiB). The L2 requests keep more lines in flight than L1's fill
+//   buffers allow: one thread streaming 300 MiB through the precise q4_0 generation tile read at
+//   83% of a plain read with the L1 requests alone and at 90-100% with both (L1 1-4 KiB, L2 8-24
+//   KiB ahead all measured alike); kiln-bench tg32 on the 1b Q4_0 model, alternated runs: +8%.
+//   With both threads streaming, the far requests 16 KiB ahead held fill buffers for a whole
+//   memory latency each (the hardware's own L2 streamer had not reached those lines yet); 6 KiB
+//   ahead they mostly find the streamer's lines. Measured on the AMX Xeon (2 vCPUs, family 6
+//   model 167), 2 threads each streaming 256 MiB of 2048 x 5632 matrices through the precise
+//   generation tiles, as a share of a plain read in the same run (16 -> 6 KiB): q4_0 0.94-0.95 ->
+//   1.00-1.01, q8_0 0.98-1.01 -> 1.06-1.07, Q4_K 0.92-0.93 -> 0.94-0.96, Q6_K 0.89-0.94 -> 0.93,
+//   F16 0.90-0.95 -> 1.03-1.05 (near 2-4 KiB with far 4-8 KiB: no better). kiln-bench tg32, 2
+//   threads, alternated: Q4_0 48.8-51.6 -> 51.9-54.0 t/s, Q8_0 26.4-26.7 -> 28.6-28.8, Q4_K_M
+//   43.1-43.9 -> 44.7-45.4, F16 13.8-14.0 -> 16.0-16.5.
 // - AMD Zen 4: far into L2 only. The L1 requests cost more than they bring (its own L1
 //   prefetcher follows the stream): one thread streaming 512 MiB (bench_gemm
 //   M:1/precise:1/dram:1, alternated, GB/s, both -> L2 only) q8_0 13.0-16.8 -> 16.5-17.5, f16
@@ -224,7 +233,7 @@ inline WeightsPrefetch weights_prefetch() {
         const CpuFeatures& f = cpu_features();
         const bool q8_0_gen = !(f.zen4 && f.avx512f), float_weights = !f.amd;
         if (f.zen5) return WeightsPrefetch{.near_l1 = false, .far_all_levels = true, .far_bytes = 8192, .q8_0_gen = q8_0_gen, .float_weights = float_weights};
-        return WeightsPrefetch{.near_l1 = !f.amd, .far_all_levels = false, .far_bytes = 16384, .q8_0_gen = q8_0_gen, .float_weights = float_weights};
+        return WeightsPrefetch{.near_l1 = !f.amd, .far_all_levels = false, .far_bytes = f.amd ? size_t{16384} : size_t{6144}, .q8_0_gen = q8_0_gen, .float_weights = float_weights};
     }();
     return p;
 }
