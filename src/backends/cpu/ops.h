@@ -82,6 +82,7 @@ void op_mul_mat(const Tensor& t, ComputeContext& ctx);
 // none; at most kMaxMulMatGroup): packed weights whose activation format is the same under
 // this precision. op_mul_mat_group computes them (all with ctx.precise as for the first).
 inline constexpr size_t kMaxMulMatGroup = 4;
+static_assert(IdlePrefetch::kMaxRanges >= kMaxMulMatGroup, "IdlePrefetch: one range per product of a group");
 // Plans what thread ith asks for while it waits before the products `nodes` (a group as
 // op_mul_mat_group runs it, or one product): the first `bytes` of the packed weights it computes
 // first, when they stream from memory (generation); nothing otherwise. Kept as it is when idle
