@@ -557,25 +557,50 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
                                   (blocks == Products::F32 && !p.staged && (v.type == Type::F32 || spread));
             if (n_next > 0 && !v_direct) prefetch_rows(v.row(hk, c1), v.nb[2], n_next, row_size(v.type, hdv));
 
+            // The online softmax, 16 rows at a time: scores and their maxima row by row, then the rows'
+            // output factors corr = exp(old max - new max) in one vector exp (a libm expf per row and
+            // block was 4% of generation's attention), then P row by row.
             bool any_row = false;
-            for (int64_t r = r0; r < r0 + Mb; ++r) {
-                const int64_t tt = r / n_rep;
-                float* s = S + r * bk;
-                auto* pb = blocks != Products::F32 ? reinterpret_cast<uint16_t*>(PB + r * (bk / 2)) : nullptr;
-                if (range[2 * tt] < c1 && range[2 * tt + 1] > c0) {
-                    const float* m = reinterpret_cast<const float*>(mask.row(t0 + tt)) + c0;
-                    if (clip) {  // one token's run: the block's other cells are hidden (gathered instead)
-                        if (r == r0) {
-                            for (int64_t j = 0; j < nk; ++j) clipped[j] = c0 + j >= lo && c0 + j < last ? m[j] : kNegInf;
+            for (int64_t rc = r0; rc < r0 + Mb; rc += 16) {
+                const int64_t nr = std::min<int64_t>(16, r0 + Mb - rc);
+                uint32_t seen = 0;  // bit i: row rc + i sees a key of the block
+                float m_new[16];
+                for (int64_t i = 0; i < nr; ++i) {
+                    const int64_t r = rc + i, tt = r / n_rep;
+                    float* s = S + r * bk;
+                    auto* pb = blocks != Products::F32 ? reinterpret_cast<uint16_t*>(PB + r * (bk / 2)) : nullptr;
+                    float bmax = kNegInf;
+                    if (range[2 * tt] < c1 && range[2 * tt + 1] > c0) {
+                        const float* m = reinterpret_cast<const float*>(mask.row(t0 + tt)) + c0;
+                        if (clip) {  // one token's run: the block's other cells are hidden (gathered instead)
+                            if (r == r0) {
+                                for (int64_t j = 0; j < nk; ++j) clipped[j] = c0 + j >= lo && c0 + j < last ? m[j] : kNegInf;
+                            }
+                            m = clipped;
                         }
-                        m = clipped;
+                        bmax = kern.score_row(s, m, nk, softcap);
                     }
-                    any_row |= softmax_block_row(kern, s, m, nk, softcap, mx[r], sum[r], corr[r], pb, exp_half);
-                } else {
-                    if (pb) std::fill(pb, pb + (nk + 1) / 2 * 2, uint16_t{0});
-                    else std::fill(s, s + nk, 0.0f);
-                    corr[r] = 1.0f;
+                    corr[r] = 0.0f;  // exp(0): rows that see nothing keep their output
+                    if (bmax == kNegInf) {  // P = 0
+                        if (pb) std::fill(pb, pb + (nk + 1) / 2 * 2, uint16_t{0});
+                        else std::fill(s, s + nk, 0.0f);
+                        continue;
+                    }
+                    seen |= 1u << i;
+                    m_new[i] = std::max(mx[r], bmax);
+                    corr[r] = mx[r] - m_new[i];  // -inf on the row's first visible block: corr 0
                 }
+                kern.exp_row(corr + rc, nr, 0.0f);
+                for (int64_t i = 0; i < nr; ++i) {
+                    if (!(seen >> i & 1u)) continue;
+                    const int64_t r = rc + i;
+                    float* s = S + r * bk;
+                    mx[r] = m_new[i];
+                    sum[r] = sum[r] * corr[r] + (blocks != Products::F32
+                                                     ? exp_half(s, nk, m_new[i], reinterpret_cast<uint16_t*>(PB + r * (bk / 2)))
+                                                     : kern.exp_row(s, nk, m_new[i]));
+                }
+                any_row |= seen != 0;
             }
             if (!any_row) continue;
 
