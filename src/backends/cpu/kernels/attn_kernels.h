@@ -37,14 +37,16 @@ inline constexpr int64_t kAttnLanes = 16;
 inline constexpr int64_t attn_pad(int64_t n) { return (n + kAttnLanes - 1) / kAttnLanes * kAttnLanes; }
 
 // Rows of the cache a gemm asks to be brought into L2 while it computes: the next key block's K tile
-// or V rows. Row k goes out at step k of the gemm's loop over K, so the requests are spread over
-// the block's arithmetic; one burst of them (2 x 256 lines per block) stalled on the fill buffers
-// instead of computing, and generation at depth 4096 read the cache at a quarter of the memory's rate.
+// or V rows, or (on Intel) its own B rows further ahead. Row k goes out at step k of the gemm's loop
+// over K, so the requests are spread over the block's arithmetic; one burst of them (2 x 256 lines
+// per block) stalled on the fill buffers instead of computing, and generation at depth 4096 read the
+// cache at a quarter of the memory's rate.
 struct AttnPrefetch {
     const uint8_t* first = nullptr;  // row 0
     size_t stride = 0;               // bytes from a row to the next
     int64_t rows = 0;
     size_t row_bytes = 0;
+    size_t l1_back = 0;  // > 0: each row also into L1 from this many bytes before it (a nearer request)
 };
 
 // Walks an AttnPrefetch one row per step() (a kernel calls it once per step of its loop over K).
@@ -53,7 +55,10 @@ public:
     explicit PrefetchRows(const AttnPrefetch* pf) : pf_(pf), row_(pf ? pf->first : nullptr), left_(pf ? pf->rows : 0) {}
     void step() {
         if (left_ <= 0) return;
-        for (size_t off = 0; off < pf_->row_bytes; off += 64) prefetch_l2(row_ + off);
+        for (size_t off = 0; off < pf_->row_bytes; off += 64) {
+            if (pf_->l1_back > 0) prefetch_l1(row_ + off - pf_->l1_back);
+            prefetch_l2(row_ + off);
+        }
         row_ += pf_->stride;
         --left_;
     }
