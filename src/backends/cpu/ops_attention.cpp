@@ -132,6 +132,13 @@ struct AttnPlan {
 // Key ranges from which a few items are cut into more (make_plan): below, the merge's barrier
 // would cost more than the balance brings.
 constexpr int64_t kSplitMinKeys = 1024;
+// Items per thread that splitting the keys aims at. 8 (ranges of 1024 keys for the 1b model's 4 KV
+// heads on 2 threads) let a slowed thread be helped sooner, but each item costs its start, its
+// partial result and the merge after a barrier: with 2 (whole KV heads there, no merge) generation's
+// attention took 0.956-0.974 x the time at depth 4096, 0.952 at 2048 and 0.908 at 1024 (1b Q4_0;
+// Q4_K_M at 4096 0.946), waits at the op's end included (AMX Xeon, 2026-12-05, layers alternating
+// between the two in one process).
+constexpr int64_t kSplitItemsPerThread = 2;
 
 AttnPlan make_plan(const Tensor& t, int nth) {
     const Tensor& q = *t.src[0];
@@ -153,14 +160,13 @@ AttnPlan make_plan(const Tensor& t, int nth) {
     // Too few (query block, KV head) items for the threads to finish together: split the keys too.
     // Items that do not divide evenly (one token with a single KV head, say) get one range per
     // thread; over long ranges (generation at depth) each item is cut into ranges of at least 2
-    // blocks, up to 8 items per thread, so a thread that the machine slows down for a while is
-    // helped with the rest of its share (work regions in op_attention) instead of holding up the
-    // barrier. (Generation at depth 4096 on the 2-vCPU Xeon: a thread waited 9% of the op.)
+    // blocks, up to kSplitItemsPerThread items per thread, so a thread that the machine slows down
+    // for a while can be helped with the rest of its share (work regions in op_attention).
     const int64_t q_items = p.n_qb * p.n_head_kv;
     if (nth > 1 && q_items < 4 * nth && p.n_kv >= 2 * p.bk) {
         p.n_split = q_items % nth != 0 ? nth : 1;
         if (p.n_kv >= kSplitMinKeys) {
-            p.n_split = std::max(p.n_split, std::min((8 * nth + q_items - 1) / q_items, p.n_kv / (2 * p.bk)));
+            p.n_split = std::max(p.n_split, std::min((kSplitItemsPerThread * nth + q_items - 1) / q_items, p.n_kv / (2 * p.bk)));
         }
     }
     p.split_len = (p.n_kv + p.n_split - 1) / p.n_split;
