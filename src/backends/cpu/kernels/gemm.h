@@ -210,7 +210,7 @@ inline size_t packed_gemm_scratch_bytes(const PackedKernels& pk, int64_t K, int6
 struct WeightsPrefetch {
     bool near_l1;         // near requests (prefetch_weights; prefetch_weights_part always makes them)
     bool far_all_levels;  // far requests with prefetcht0 instead of prefetcht1
-    size_t far_bytes;     // how far ahead the far requests run (at least kL1Ahead + 1 KiB)
+    size_t far_bytes;     // how far ahead the far requests run (at least kL1Ahead + 1 KiB, + 2.5 KiB in pieces)
     bool q8_0_gen;        // the AVX-512 q8_0 generation tiles make requests (see below)
     bool float_weights;   // the F16/BF16 tiles make requests (see below)
 };
@@ -275,10 +275,17 @@ inline void compiler_fence() {
 // Q4_K's) to the top of the super-block. Measured on Zen 4 (AVX-512), one thread streaming
 // 512 MiB (bench_gemm M:1/precise:1/dram:1, alternated, GB/s): Q4_K 12.4-13.5 -> 19.4-22.1,
 // Q6_K 9.6-10.8 -> 19.0-23.7; kiln-bench tg32 on the 1b Q4_K_M model: 30.5-34.2 -> 41-54 t/s.
+// The far requests run at least kFarPastNearBytes beyond the near ones: Q4_K's near requests go
+// 4.5 KiB ahead (2 super-blocks), and with its far ones 6 KiB ahead (1.5 KiB past them) its
+// products took 1.03 x the time of 7 KiB (AMX Xeon, 1b Q4_K_M generation, calls alternating
+// between the settings in one process: far 5.5 / 6 / 6.5 / 7 / 7.5 / 8 KiB = 1.035 / 1 / 0.98 /
+// 0.97-0.977 / 0.987 / 0.994-0.998; Q6_K, near 3.3 KiB, best at 6 KiB, 6.5-8 KiB 1.02-1.05; q4_0
+// and q8_0, near 4 KiB, best at 6 KiB: 7 KiB 1.003 / 1.017, 5 KiB 1.15 / 1.03).
+inline constexpr size_t kFarPastNearBytes = 2560;
 template <size_t kBytes, int kParts, size_t kL1Ahead = kPrefetchL1Bytes>
 inline void prefetch_weights_part(const WeightsPrefetch& wp, const uint8_t* p, int part) {
     constexpr size_t kChunk = (kBytes + kParts * 64 - 1) / (kParts * 64) * 64;
-    const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + 1024);
+    const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + kFarPastNearBytes);
     const size_t first = static_cast<size_t>(part) * kChunk;
     compiler_fence();
     for (size_t off = first; off < first + kChunk && off < kBytes; off += 64) {
