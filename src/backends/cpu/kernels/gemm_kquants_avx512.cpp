@@ -140,11 +140,36 @@ inline void q4_K_sub_block_sums(const block_q4_Kx16* blk, int j, const uint8_t* 
     }
 }
 
-// d * sc of sub-block s (0..15) of a Q6_K super-block.
-inline __m512 q6_K_scale(const block_q6_Kx16* blk, __m512 d, int s) {
+// The bare scale sc of sub-block s (0..15) of a Q6_K super-block, as floats.
+inline __m512 q6_K_scale_raw(const block_q6_Kx16* blk, int s) {
     // Lane byte t of scales dword s / 4 is sub-block 4 (s / 4) + t.
     const __m512i sv = _mm512_loadu_si512(blk->scales + 64 * (s / 4));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_signed(sv, s % 4)), d);
+    return _mm512_cvtepi32_ps(lane_byte_signed(sv, s % 4));
+}
+// d * sc of sub-block s (0..15) of a Q6_K super-block.
+inline __m512 q6_K_scale(const block_q6_Kx16* blk, __m512 d, int s) { return _mm512_mul_ps(q6_K_scale_raw(blk, s), d); }
+
+// The starting sums of the two 16-element halves of activation block xb for each of its NC rows:
+// -32 * (the half's sum of activation quants), the Q6_K quants' offset. Computed as scalars and
+// broadcast from memory: one vpmaddwd per row and half took a slot on the ports that the vpdpbusd use.
+template <int NC>
+inline void q6_K_half_offsets(const uint8_t* xb, int32_t (&off)[2][NC]) {
+    const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile);
+#pragma GCC unroll 8
+    for (int k = 0; k < NC; ++k) {
+        off[0][k] = -32 * static_cast<int16_t>(xsums[k] & 0xFFFF);
+        off[1][k] = -32 * (xsums[k] >> 16);
+    }
+}
+// The integer sums of half `half` (sub-block 2b + half) of an activation block xb with the weight
+// registers w (register c = elements 4c .. 4c + 3 of the block, as q6_K_weights makes them), from
+// the half's offsets.
+template <int NC>
+inline void q6_K_half_sums(const __m512i* w, const uint8_t* xb, const int32_t (&off)[2][NC], int half, __m512i (&sum)[NC]) {
+#pragma GCC unroll 8
+    for (int k = 0; k < NC; ++k) sum[k] = _mm512_set1_epi32(off[half][k]);
+    if (half == 0) dot_chunks<NC, 0, 4>(sum, w, xb);
+    else dot_chunks<NC, 4, 4>(sum, w, xb);
 }
 
 // Quants (0..63) of activation block b (elements 32 b ..): register c = elements 32 b + 4c ..
@@ -303,23 +328,13 @@ void tile_q6_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, 
             q6_K_weights(blk, b, w);
             const uint8_t* xb = xs + b * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
-            const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile);
-            alignas(64) int32_t off[2][NC];  // as in tile_q6_K_decoded
-#pragma GCC unroll 2
-            for (int k = 0; k < NC; ++k) {
-                off[0][k] = -32 * static_cast<int16_t>(xsums[k] & 0xFFFF);
-                off[1][k] = -32 * (xsums[k] >> 16);
-            }
+            alignas(64) int32_t off[2][NC];
+            q6_K_half_offsets<NC>(xb, off);
 #pragma GCC unroll 2
             for (int half = 0; half < 2; ++half) {
-                const int sub = 2 * b + half;
-                const __m512i sv = _mm512_loadu_si512(blk->scales + 64 * (sub / 4));
-                const __m512 sc = _mm512_cvtepi32_ps(lane_byte_signed(sv, sub % 4));
+                const __m512 sc = q6_K_scale_raw(blk, 2 * b + half);
                 __m512i sum[NC];
-#pragma GCC unroll 2
-                for (int k = 0; k < NC; ++k) sum[k] = _mm512_set1_epi32(off[half][k]);
-                if (half == 0) dot_chunks<NC, 0, 4>(sum, w, xb);
-                else dot_chunks<NC, 4, 4>(sum, w, xb);
+                q6_K_half_sums<NC>(w, xb, off, half, sum);
 #pragma GCC unroll 2
                 for (int o = 0; o < NO; ++o) {
                     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[P * o]), _mm512_set1_ps(xd[P * o]));
@@ -355,21 +370,13 @@ void tile_q6_K_rows(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y,
             q6_K_weights(blk, b, w);
             const uint8_t* xb = xs + b * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
-            const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile);
-            alignas(64) int32_t off[2][NC];  // as in tile_q6_K_decoded
-#pragma GCC unroll 8
-            for (int k = 0; k < NC; ++k) {
-                off[0][k] = -32 * static_cast<int16_t>(xsums[k] & 0xFFFF);
-                off[1][k] = -32 * (xsums[k] >> 16);
-            }
+            alignas(64) int32_t off[2][NC];
+            q6_K_half_offsets<NC>(xb, off);
 #pragma GCC unroll 2
             for (int half = 0; half < 2; ++half) {
                 const __m512 dsc = q6_K_scale(blk, d, 2 * b + half);
                 __m512i sum[NC];
-#pragma GCC unroll 8
-                for (int k = 0; k < NC; ++k) sum[k] = _mm512_set1_epi32(off[half][k]);
-                if (half == 0) dot_chunks<NC, 0, 4>(sum, w, xb);
-                else dot_chunks<NC, 4, 4>(sum, w, xb);
+                q6_K_half_sums<NC>(w, xb, off, half, sum);
 #pragma GCC unroll 8
                 for (int k = 0; k < NC; ++k) {
                     const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[k]), _mm512_set1_ps(xd[k]));
@@ -498,26 +505,15 @@ void tile_q6_K_decoded(const uint8_t* decoded, int64_t nsb, const uint8_t* xt, f
 #pragma GCC unroll 1
         for (int b = 0; b < 8; ++b) {
             const uint8_t* xb = xs + b * kActBlockBytes;
-            const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile);
-            // The sub-blocks' offsets, -32 * (low, high) quant sums of each row, computed as
-            // scalars and broadcast from memory: one vpmaddwd per row and half took a slot on the
-            // ports that the vpdpbusd use.
             alignas(64) int32_t off[2][NC];
-#pragma GCC unroll 8
-            for (int k = 0; k < NC; ++k) {
-                off[0][k] = -32 * static_cast<int16_t>(xsums[k] & 0xFFFF);
-                off[1][k] = -32 * (xsums[k] >> 16);
-            }
+            q6_K_half_offsets<NC>(xb, off);
 #pragma GCC unroll 2
             for (int half = 0; half < 2; ++half) {
                 __m512i w[8];
 #pragma GCC unroll 4
                 for (int c = 4 * half; c < 4 * half + 4; ++c) w[c] = _mm512_load_si512(dec + 8 * b + c);
                 __m512i sum[NC];
-#pragma GCC unroll 8
-                for (int k = 0; k < NC; ++k) sum[k] = _mm512_set1_epi32(off[half][k]);
-                if (half == 0) dot_chunks<NC, 0, 4>(sum, w, xb);
-                else dot_chunks<NC, 4, 4>(sum, w, xb);
+                q6_K_half_sums<NC>(w, xb, off, half, sum);
                 const __m512 dsc = scales[2 * b + half];
 #pragma GCC unroll 8
                 for (int k = 0; k < NC; ++k) {
