@@ -125,6 +125,8 @@ struct AttnPlan {
     int64_t kr_cells = 0, kr_ld = 0;
     size_t krows_off = 0, krows_done_off = 0;
 
+    WeightsPrefetch wp{};  // the CPU's prefetch settings (kernels/gemm.h), for product_prefetch
+
     int64_t M() const { return bq * n_rep; }
     int64_t n_items() const { return n_qb * n_head_kv * n_split; }
 };
@@ -180,6 +182,7 @@ AttnPlan make_plan(const Tensor& t, int nth) {
         p.split_len = KPanels::padded_cells(p.split_len);
     }
     p.staged = !attn_native_type(k.type) || !attn_native_type(v.type);
+    p.wp = weights_prefetch();
     p.k_rows = p.k_panels && t.iparams[1] != 0 && p.n_tokens > 1;
     if (p.k_rows) {
         p.kr_cells = KPanels::padded_cells(p.n_kv);
@@ -224,8 +227,8 @@ AttnPlan make_plan(const Tensor& t, int nth) {
 // depth 4096 read its 88 MiB at 17-19 GiB/s where a plain read of the same blocks took 25.5; with
 // the near and far requests the op took 0.94-0.95 x the time (1b Q4_0, tg32 @ d4096, layers
 // alternating between the two in one process, 3 runs).
-AttnPrefetch product_prefetch(const uint8_t* b, size_t stride, int64_t rows, size_t row_bytes, const AttnPrefetch& next) {
-    const WeightsPrefetch wp = weights_prefetch();
+AttnPrefetch product_prefetch(const WeightsPrefetch& wp, const uint8_t* b, size_t stride, int64_t rows, size_t row_bytes,
+                              const AttnPrefetch& next) {
     if (!wp.near_l1 || wp.far_all_levels || stride == 0) return next;
     // whole rows ahead, so that each request lands on a row of this head however the rows are strided
     const auto ahead = [&](size_t bytes) { return std::max<size_t>(1, bytes / stride) * stride; };
@@ -269,7 +272,7 @@ void attend_k_panels(const Tensor& k, const AttnPlan& p, const AttnKernels& kern
             const AttnPrefetch next{.first = j < n_next ? p.kp.tile(k.data, c0 + bk + j, hk) : nullptr,
                                     .stride = p.kp.tile_row_bytes(), .rows = j < n_next ? hd : 0,
                                     .row_bytes = p.kp.tile_row_bytes()};
-            const AttnPrefetch pf = product_prefetch(tile, p.kp.tile_row_bytes(), hd, p.kp.tile_row_bytes(), next);
+            const AttnPrefetch pf = product_prefetch(p.wp, tile, p.kp.tile_row_bytes(), hd, p.kp.tile_row_bytes(), next);
             kern.gemm(Mb, cols, hd, Q, hd, k.type, tile, p.kp.tile_row_bytes(), kKPanelCells, S + j, bk, nullptr, &pf);
         } else {
             kern.v_rows(k.type, tile, p.kp.tile_row_bytes(), hd, kKPanelCells, KT + j, bk);
@@ -329,26 +332,43 @@ void k_block_bf16(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, i
     kern.bf16_pairs(Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), hd, nkp, KB, bk);
 }
 
-// One row of a block's scores through the online softmax: s = softcap(s) + mask, then exp(s - running
-// max); mx and sum are the row's running max and sum, corr the factor its output must be scaled by
-// before this block's P V is added. False (P = 0, corr = 1) when the row sees no key of the block.
-// pb: P goes there in BF16 or fp16 (exp_half: exp_row_bf16 or exp_row_f16; nk rounded up to even:
-// BF16 pairs) instead of over s.
-bool softmax_block_row(const AttnKernels& kern, float* s, const float* mask, int64_t nk, float softcap, float& mx,
-                       float& sum, float& corr, uint16_t* pb, AttnExpRowF16Fn exp_half) {
-    const float bmax = kern.score_row(s, mask, nk, softcap);
-    if (bmax == kNegInf) {
-        if (pb) std::fill(pb, pb + (nk + 1) / 2 * 2, uint16_t{0});
-        else std::fill(s, s + nk, 0.0f);
-        corr = 1.0f;
-        return false;
+// The online softmax of one key block for a run of up to 16 rows: row i's scores at s + i * lds go
+// through softcap and the mask row_mask(i) gives it (nullptr: the row sees no key of the block, P = 0),
+// then exp(s - new running max). mx and sum are the rows' running maxima and sums; corr[i] the factor
+// row i's output must be scaled by before this block's P V is added (1 where it sees nothing, 0 on its
+// first visible block). The output factors come from one vector exp for the run (a libm expf per row
+// and block was 4% of generation's attention). pb: P goes there in BF16 or fp16 (exp_half:
+// exp_row_bf16 or exp_row_f16; row i at pb + i * ldpb, nk rounded up to even: BF16 pairs) instead of
+// over s. Returns bit i set where row i saw a key.
+template <class RowMask>
+uint32_t softmax_rows(const AttnKernels& kern, int64_t nr, float* s, int64_t lds, RowMask row_mask, int64_t nk, float softcap,
+                      float* mx, float* sum, float* corr, uint16_t* pb, int64_t ldpb, AttnExpRowF16Fn exp_half) {
+    uint32_t seen = 0;
+    float m_new[16];
+    for (int64_t i = 0; i < nr; ++i) {
+        float* row = s + i * lds;
+        const float* m = row_mask(i);
+        const float bmax = m ? kern.score_row(row, m, nk, softcap) : kNegInf;
+        corr[i] = 0.0f;  // exp(0): rows that see nothing keep their output
+        if (bmax == kNegInf) {  // P = 0
+            if (pb) std::fill(pb + i * ldpb, pb + i * ldpb + (nk + 1) / 2 * 2, uint16_t{0});
+            else std::fill(row, row + nk, 0.0f);
+            continue;
+        }
+        seen |= 1u << i;
+        m_new[i] = std::max(mx[i], bmax);
+        corr[i] = mx[i] - m_new[i];  // -inf on the row's first visible block: corr 0
     }
-    const float m_new = std::max(mx, bmax);
-    corr = std::exp(mx - m_new);  // 0 on the row's first visible block
-    mx = m_new;
-    sum = sum * corr + (pb ? exp_half(s, nk, m_new, pb) : kern.exp_row(s, nk, m_new));
-    return true;
+    kern.exp_row(corr, nr, 0.0f);
+    for (int64_t i = 0; i < nr; ++i) {
+        if (!(seen >> i & 1u)) continue;
+        float* row = s + i * lds;
+        mx[i] = m_new[i];
+        sum[i] = sum[i] * corr[i] + (pb ? exp_half(row, nk, m_new[i], pb + i * ldpb) : kern.exp_row(row, nk, m_new[i]));
+    }
+    return seen;
 }
+constexpr int64_t kSoftmaxRun = 16;  // softmax_rows' most rows
 
 // A thread's float rows of one KV head's K (AttnPlan::k_rows), converted from the panels as needed.
 struct KRows {
@@ -417,8 +437,10 @@ void attend_gathered(const Tensor& t, const AttnPlan& p, const AttnKernels& kern
         kern.gemm(M, nkp, hd, Q, hd, Type::F32, reinterpret_cast<const uint8_t*>(KT), bk * sizeof(float), nkp, S, bk, nullptr,
                   nullptr);
         bool any_row = false;
-        for (int64_t r = 0; r < M; ++r) {
-            any_row |= softmax_block_row(kern, S + r * bk, gmask, nk, t.fparams[1], mx[r], sum[r], corr[r], nullptr, nullptr);
+        for (int64_t rc = 0; rc < M; rc += kSoftmaxRun) {
+            const auto mask_of = [&](int64_t) -> const float* { return gmask; };
+            any_row |= softmax_rows(kern, std::min(kSoftmaxRun, M - rc), S + rc * bk, bk, mask_of, nk, t.fparams[1], mx + rc,
+                                    sum + rc, corr + rc, nullptr, 0, nullptr) != 0;
         }
         if (!any_row) continue;
         for (int64_t i = 0; i < nk; ++i) {
@@ -562,7 +584,7 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
                     // The panel's cells past the block read as zeros: whatever they hold (cells not yet
                     // written) must not overflow the fp16 sums and send the runs to float.
                     const uint8_t* tile = p.kp.tile(k.data, c0 + j, hk);
-                    const AttnPrefetch pf = product_prefetch(tile, p.kp.tile_row_bytes(), hd, p.kp.tile_row_bytes(), next);
+                    const AttnPrefetch pf = product_prefetch(p.wp, tile, p.kp.tile_row_bytes(), hd, p.kp.tile_row_bytes(), next);
                     kern.gemm_f16(Mb, std::min(kKPanelCells, attn_pad(nk) - j), hd, QH + r0 * hd, hd, tile,
                                   p.kp.tile_row_bytes(), std::min(kKPanelCells, nk - j), S + r0 * bk + j, bk, nullptr,
                                   qinv + r0, spread ? &pf : nullptr);
@@ -588,50 +610,23 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
                                   (blocks == Products::F32 && !p.staged && (v.type == Type::F32 || spread));
             if (n_next > 0 && !v_direct) prefetch_rows(v.row(hk, c1), v.nb[2], n_next, row_size(v.type, hdv));
 
-            // The online softmax, 16 rows at a time: scores and their maxima row by row, then the rows'
-            // output factors corr = exp(old max - new max) in one vector exp (a libm expf per row and
-            // block was 4% of generation's attention), then P row by row.
+            // The online softmax, kSoftmaxRun rows at a time.
             bool any_row = false;
-            for (int64_t rc = r0; rc < r0 + Mb; rc += 16) {
-                const int64_t nr = std::min<int64_t>(16, r0 + Mb - rc);
-                uint32_t seen = 0;  // bit i: row rc + i sees a key of the block
-                float m_new[16];
-                for (int64_t i = 0; i < nr; ++i) {
+            for (int64_t rc = r0; rc < r0 + Mb; rc += kSoftmaxRun) {
+                const auto mask_of = [&](int64_t i) -> const float* {
                     const int64_t r = rc + i, tt = r / n_rep;
-                    float* s = S + r * bk;
-                    auto* pb = blocks != Products::F32 ? reinterpret_cast<uint16_t*>(PB + r * (bk / 2)) : nullptr;
-                    float bmax = kNegInf;
-                    if (range[2 * tt] < c1 && range[2 * tt + 1] > c0) {
-                        const float* m = reinterpret_cast<const float*>(mask.row(t0 + tt)) + c0;
-                        if (clip) {  // one token's run: the block's other cells are hidden (gathered instead)
-                            if (r == r0) {
-                                for (int64_t j = 0; j < nk; ++j) clipped[j] = c0 + j >= lo && c0 + j < last ? m[j] : kNegInf;
-                            }
-                            m = clipped;
-                        }
-                        bmax = kern.score_row(s, m, nk, softcap);
+                    if (range[2 * tt] >= c1 || range[2 * tt + 1] <= c0) return nullptr;
+                    const float* m = reinterpret_cast<const float*>(mask.row(t0 + tt)) + c0;
+                    if (!clip) return m;
+                    // one token's run: the block's other cells are hidden (gathered instead)
+                    if (r == r0) {
+                        for (int64_t j = 0; j < nk; ++j) clipped[j] = c0 + j >= lo && c0 + j < last ? m[j] : kNegInf;
                     }
-                    corr[r] = 0.0f;  // exp(0): rows that see nothing keep their output
-                    if (bmax == kNegInf) {  // P = 0
-                        if (pb) std::fill(pb, pb + (nk + 1) / 2 * 2, uint16_t{0});
-                        else std::fill(s, s + nk, 0.0f);
-                        continue;
-                    }
-                    seen |= 1u << i;
-                    m_new[i] = std::max(mx[r], bmax);
-                    corr[r] = mx[r] - m_new[i];  // -inf on the row's first visible block: corr 0
-                }
-                kern.exp_row(corr + rc, nr, 0.0f);
-                for (int64_t i = 0; i < nr; ++i) {
-                    if (!(seen >> i & 1u)) continue;
-                    const int64_t r = rc + i;
-                    float* s = S + r * bk;
-                    mx[r] = m_new[i];
-                    sum[r] = sum[r] * corr[r] + (blocks != Products::F32
-                                                     ? exp_half(s, nk, m_new[i], reinterpret_cast<uint16_t*>(PB + r * (bk / 2)))
-                                                     : kern.exp_row(s, nk, m_new[i]));
-                }
-                any_row |= seen != 0;
+                    return clipped;
+                };
+                auto* pb = blocks != Products::F32 ? reinterpret_cast<uint16_t*>(PB + rc * (bk / 2)) : nullptr;
+                any_row |= softmax_rows(kern, std::min(kSoftmaxRun, r0 + Mb - rc), S + rc * bk, bk, mask_of, nk, softcap,
+                                        mx + rc, sum + rc, corr + rc, pb, bk, exp_half) != 0;
             }
             if (!any_row) continue;
 
@@ -640,7 +635,7 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             // tile is made first.
             const uint8_t* vrows = v.row(hk, c0);
             const AttnPrefetch v_next =
-                product_prefetch(vrows, v.nb[2], nk, row_size(v.type, hdv),
+                product_prefetch(p.wp, vrows, v.nb[2], nk, row_size(v.type, hdv),
                                  AttnPrefetch{.first = n_next > 0 ? v.row(hk, c1) : nullptr, .stride = v.nb[2], .rows = n_next,
                                               .row_bytes = row_size(v.type, hdv)});
             if (blocks == Products::F16) {  // F16 V rows read as stored
