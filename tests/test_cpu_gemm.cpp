@@ -308,29 +308,38 @@ TEST(PackedGemmFloat, EveryFastPathMatchesItsReference) {
 }
 
 #if defined(KILN_ARCH_X86)
-// The q4_0 AVX-512 tiles come in two builds, high nibbles unpacked by a shift and a mask or
-// by GFNI (gemm_avx512gfni.cpp); packed_kernels picks by CPU. Both must give identical bits
-// (same integer sums), so the one this CPU does not run is still checked against the other.
-TEST(PackedGemmQ4_0, GfniTilesMatchShiftTilesExactly) {
+// The q4_0 and Q6_K AVX-512 tiles come in two builds, quants unpacked by shifts and masks or by
+// GFNI (gemm_avx512gfni.cpp, gemm_kquants_avx512gfni.cpp); packed_kernels picks by CPU. Both must
+// give identical bits (same integer sums), so the one this CPU does not run is still checked
+// against the other. M 1 and 2: generation tiles; 7 and 8: the prompt tiles of few rows; 19: the
+// decoded groups (K-quants) or several tiles.
+TEST(PackedGemmGfni, TilesMatchShiftTilesExactly) {
     if (!kiln::cpu::isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 VNNI here";
     kiln::cpu::CpuFeatures f = kiln::cpu::cpu_features();
     f.gfni = false;
     f.amx_int8 = false;  // the VNNI tiles (the AMX ones are checked against them below)
-    const kiln::cpu::PackedKernels* shift = kiln::cpu::detail::packed_avx512(Type::Q4_0, f);
-    ASSERT_NE(shift, nullptr);
+    const kiln::cpu::PackedKernels* shift[2] = {kiln::cpu::detail::packed_avx512(Type::Q4_0, f),
+                                                kiln::cpu::detail::packed_kquants_avx512(Type::Q6_K, f)};
+    ASSERT_NE(shift[0], nullptr);
+    ASSERT_NE(shift[1], nullptr);
     if (!kiln::cpu::cpu_features().gfni) GTEST_SKIP() << "no GFNI here";
-    const kiln::cpu::PackedKernels* gfni = kiln::cpu::detail::packed_q4_0_avx512gfni();
-    ASSERT_NE(shift, gfni);
-    for (int64_t K : {32, 96, 2048}) {
-        const int64_t N = 64;
-        const Weights w = make_weights(Type::Q4_0, K, N, static_cast<uint32_t>(K + 11));
-        for (int64_t M : {1, 2, 7, 8, 19}) {
-            const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M + K));
-            for (bool precise : {false, true}) {
-                const std::vector<float> a = run_kernels(*shift, Type::Q4_0, w, x, K, N, M, precise);
-                const std::vector<float> b = run_kernels(*gfni, Type::Q4_0, w, x, K, N, M, precise);
-                ASSERT_EQ(a.size(), b.size());
-                EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "K " << K << " M " << M << " precise " << precise;
+    const kiln::cpu::PackedKernels* gfni[2] = {kiln::cpu::detail::packed_q4_0_avx512gfni(),
+                                               kiln::cpu::detail::packed_q6_K_avx512gfni()};
+    for (int i = 0; i < 2; ++i) {
+        const Type t = i == 0 ? Type::Q4_0 : Type::Q6_K;
+        ASSERT_NE(shift[i], gfni[i]);
+        for (int64_t K : i == 0 ? std::vector<int64_t>{32, 96, 2048} : std::vector<int64_t>{256, 512, 2048}) {
+            const int64_t N = 64;
+            const Weights w = make_weights(t, K, N, static_cast<uint32_t>(K + 11));
+            for (int64_t M : {1, 2, 7, 8, 19}) {
+                const std::vector<float> x = make_acts(K, M, static_cast<uint32_t>(M + K));
+                for (bool precise : {false, true}) {
+                    const std::vector<float> a = run_kernels(*shift[i], t, w, x, K, N, M, precise);
+                    const std::vector<float> b = run_kernels(*gfni[i], t, w, x, K, N, M, precise);
+                    ASSERT_EQ(a.size(), b.size());
+                    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+                        << kiln::type_name(t) << " K " << K << " M " << M << " precise " << precise;
+                }
             }
         }
     }

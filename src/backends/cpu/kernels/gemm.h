@@ -103,7 +103,7 @@ struct PackedKernels {
     // Kernels for MatmulPrecision::Fast ("as llama.cpp") with more than kActTile activation
     // rows (prompts, batched decoding), where they differ: K-quants take activations scaled per
     // super-block there (ActScale::SuperBlock, llama.cpp's Q8_K), which their AVX-512 kernels
-    // turn into one multiply less per block and row (gemm_kquants_avx512.cpp). Auto keeps a d
+    // turn into one multiply less per block and row (gemm_kquants_avx512_tiles.h). Auto keeps a d
     // per block for its prompts: the coarser scales cost 2.5 x the KL divergence on Gemma 3
     // (docs/engine.md). Null: these kernels.
     const PackedKernels* coarse = nullptr;
@@ -364,11 +364,14 @@ const PackedKernels* packed_float_avx2(Type t, const CpuFeatures& f);
 const PackedKernels* packed_kquants_scalar(Type t);
 #if defined(KILN_ARCH_X86)
 const PackedKernels* packed_kquants_avx512(Type t, const CpuFeatures& f);
+// The Q6_K kernels of packed_kquants_avx512 with GFNI unpacking (gemm_kquants_avx512gfni.cpp);
+// packed_kquants_avx512 returns them where the features say GFNI and not zen4.
+const PackedKernels* packed_q6_K_avx512gfni();
 // The AMX int8 kernels for Q4_K weights (gemm_kquants_avx512amx.cpp; coarse: for activations
 // scaled per super-block), null for other types or where the build has none;
 // packed_kquants_avx512 makes them the batch kernels of its own where CpuFeatures::amx_int8.
 const PackedKernels* packed_kquants_amx(Type t, bool coarse = false);
-// A Q4_K / Q6_K group decoded for prompts by the AVX-512 kernels (gemm_kquants_avx512.cpp):
+// A Q4_K / Q6_K group decoded for prompts by the AVX-512 kernels (gemm_kquants_avx512_tiles.h):
 // per super-block 64 registers of 8-bit quants (register 8j + c: elements 4c..4c+3 of sub-block
 // j, or for Q6_K of 32-element block j, in the 16 rows), then 16 float scale vectors (Q4_K:
 // d * sc of the 8 sub-blocks, then dmin * m; Q6_K: d * sc of the 16 sub-blocks).

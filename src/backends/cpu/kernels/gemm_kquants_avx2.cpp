@@ -5,7 +5,7 @@
 // vpmaddubsw (unsigned weight quant x signed activation quant -> pairs summed in s16) followed
 // by vpmaddwd with ones (-> s32) stands in for vpdpbusd. The sub-block scales are unpacked
 // with byte shuffles into float vectors d * sc and dmin * m once per super-block, as in
-// gemm_kquants_avx512.cpp, whose activation tiles (third field: see gemm_kquants_scalar.cpp)
+// gemm_kquants_avx512_tiles.h, whose activation tiles (third field: see gemm_kquants_scalar.cpp)
 // these kernels read.
 //  - Q4_K: quants 0..15 times |x| <= 127: a pair is at most 3810 and the 8 pairs an s16 lane
 //    gathers over a 32-element sub-block at most 30480, so one vpmaddwd per sub-block widens
@@ -37,7 +37,7 @@ namespace {
 constexpr int kSubRows = 4;  // activation rows of one tile call
 // Activation bytes kept hot per weight pass (as gemm_avx2.cpp: the L2 of AVX2-only CPUs).
 constexpr size_t kSliceBytes = size_t{192} << 10;
-// Generation tiles prefetch the super-block after next into L1 (gemm_kquants_avx512.cpp).
+// Generation tiles prefetch the super-block after next into L1 (gemm_kquants_avx512_tiles.h).
 constexpr size_t kPrefetchBlocks = 2;
 
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
@@ -143,7 +143,7 @@ inline void q4_K_sums(const uint8_t* q, const uint8_t* xb, int c0, __m256i (&s)[
 // ---- decoded groups (prompts) ----
 // With more than one activation tile per weight pass, each 16-row group is first unpacked
 // once into 8-bit quants and float scale vectors that all the tiles read, as
-// gemm_kquants_avx512.cpp does; per super-block kDecodedBytes: 64 chunks x 2 halves of 32
+// gemm_kquants_avx512_tiles.h does; per super-block kDecodedBytes: 64 chunks x 2 halves of 32
 // bytes (Q4_K: sub-block j, chunk c at (8 j + c) x 64; Q6_K: activation block b, chunk c at
 // (8 b + c) x 64), then Q4_K: Q4KScales / Q6_K: d * sc [sub-block][half] x 8 rows.
 constexpr size_t kDecodedQuantBytes = 64 * 64;
