@@ -6,10 +6,10 @@
 namespace kiln::cpu {
 namespace {
 
-constexpr PackedKernels kQ4_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q4K, ActScale::SuperBlock>, .gemm = gemm<Q4K, Q4KDecodedSuper, decode_q4_K>};
-constexpr PackedKernels kQ6_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K, ActScale::SuperBlock>, .gemm = gemm<Q6K<Q6ShiftUnpack>::T, Q6KDecodedSuper, decode_q6_K>};
-constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q4K>, .gemm = gemm<Q4K, Q4KDecoded, decode_q4_K>, .coarse = &kQ4_KCoarse};
-constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K>, .gemm = gemm<Q6K<Q6ShiftUnpack>::T, Q6KDecoded, decode_q6_K>, .coarse = &kQ6_KCoarse};
+constexpr PackedKernels kQ4_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q4K, ActScale::SuperBlock>, .gemm = gemm<Q4K, Q4KDecoded<true>::T, decode_q4_K>};
+constexpr PackedKernels kQ6_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K, ActScale::SuperBlock>, .gemm = gemm<Q6K<Q6ShiftUnpack>::T, Q6KDecoded<true>::T, decode_q6_K>};
+constexpr PackedKernels kQ4_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q4K>, .gemm = gemm<Q4K, Q4KDecoded<false>::T, decode_q4_K>, .coarse = &kQ4_KCoarse};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K>, .gemm = gemm<Q6K<Q6ShiftUnpack>::T, Q6KDecoded<false>::T, decode_q6_K>, .coarse = &kQ6_KCoarse};
 
 }  // namespace
 

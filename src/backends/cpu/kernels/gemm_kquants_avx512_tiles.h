@@ -576,21 +576,20 @@ struct Q6K {
         static constexpr TileFn f = tile_q6_K<U, NC, P>;
     };
 };
-template <int NC, int P>
+// The decoded-group tiles; kSuper: activations with one d per super-block (coarse).
+template <bool kSuper>
 struct Q4KDecoded {
-    static constexpr TileFn f = tile_q4_K_decoded<NC, P, false>;
+    template <int NC, int P>
+    struct T {
+        static constexpr TileFn f = tile_q4_K_decoded<NC, P, kSuper>;
+    };
 };
-template <int NC, int P>
+template <bool kSuper>
 struct Q6KDecoded {
-    static constexpr TileFn f = tile_q6_K_decoded<NC, P, false>;
-};
-template <int NC, int P>
-struct Q4KDecodedSuper {
-    static constexpr TileFn f = tile_q4_K_decoded<NC, P, true>;
-};
-template <int NC, int P>
-struct Q6KDecodedSuper {
-    static constexpr TileFn f = tile_q6_K_decoded<NC, P, true>;
+    template <int NC, int P>
+    struct T {
+        static constexpr TileFn f = tile_q6_K_decoded<NC, P, kSuper>;
+    };
 };
 
 // One tile: the weights are used once, unpack them on the fly (generation; prompts of up to

@@ -30,8 +30,8 @@ struct Q6GfniUnpack {
     }
 };
 
-constexpr PackedKernels kQ6_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K, ActScale::SuperBlock>, .gemm = gemm<Q6K<Q6GfniUnpack>::T, Q6KDecodedSuper, decode_q6_K>};
-constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K>, .gemm = gemm<Q6K<Q6GfniUnpack>::T, Q6KDecoded, decode_q6_K>, .coarse = &kQ6_KCoarse};
+constexpr PackedKernels kQ6_KCoarse{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K, ActScale::SuperBlock>, .gemm = gemm<Q6K<Q6GfniUnpack>::T, Q6KDecoded<true>::T, decode_q6_K>};
+constexpr PackedKernels kQ6_K{.offset = 0, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Q6K>, .gemm = gemm<Q6K<Q6GfniUnpack>::T, Q6KDecoded<false>::T, decode_q6_K>, .coarse = &kQ6_KCoarse};
 
 }  // namespace
 
