@@ -23,7 +23,7 @@ FIELDS = {
     "model_filename", "model_type", "model_size", "model_n_params", "n_threads", "n_batch", "n_ubatch", "type_k",
     "type_v", "precision", "n_ctx", "n_prompt", "n_gen", "n_depth", "n_parallel", "test", "test_time", "repetitions",
     "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "avg_ts_per_seq", "weight_bytes_per_token", "kv_bytes_per_token",
-    "bytes_per_token", "effective_gibs", "bandwidth_gibs", "bandwidth_median_gibs", "row_bandwidth_gibs", "bandwidth_pct",
+    "bytes_per_token", "effective_gibs", "bandwidth_gibs", "bandwidth_median_gibs", "bandwidth_plain_gibs", "row_bandwidth_gibs", "bandwidth_pct",
     "kv_bytes",
     "compute_bytes", "peak_rss_bytes", "peak_rss_over_weights_kv", "peak_rss_per_test", "matmul_ops_per_token",
     "ops_per_token", "gops", "peak_kind", "peak_instruction", "peak_gops", "pct_peak",
@@ -226,6 +226,8 @@ def test_bandwidth_probe_and_share(tool, models):
     assert res.returncode == 0, res.stderr
     (row,) = json.loads(res.stdout)
     assert row["bandwidth_gibs"] > 0 and row["bandwidth_median_gibs"] <= row["bandwidth_gibs"]
+    # The best pass of any read pattern, plain loads among them.
+    assert 0 < row["bandwidth_plain_gibs"] <= row["bandwidth_gibs"]
     # The generation row has its own probes (before and after the test), where the peak resident size
     # can be reset per test (Linux); its share is of those, else of the run's probe.
     if row["peak_rss_per_test"]:
@@ -234,7 +236,8 @@ def test_bandwidth_probe_and_share(tool, models):
     else:
         assert row["row_bandwidth_gibs"] is None
         assert row["bandwidth_pct"] == pytest.approx(100 * row["effective_gibs"] / row["bandwidth_gibs"], rel=1e-9)
-    assert re.search(r"read bandwidth, 1 threads .*64 MiB.*best [0-9.]+ GiB/s, median [0-9.]+ GiB/s", res.stderr), res.stderr
+    assert re.search(r"read bandwidth, 1 threads .*64 MiB.*best [0-9.]+ GiB/s \(.+\), median [0-9.]+ GiB/s; plain loads best [0-9.]+ GiB/s",
+                     res.stderr), res.stderr
     # Prompt rows have no probe of their own, and the markdown table shows the row's probe.
     res = bench(tool, "-m", models["llama"], "-p", "4", "-n", "2", "--bandwidth", "--bandwidth-mib", "64", "-o", "json")
     assert res.returncode == 0, res.stderr

@@ -42,8 +42,10 @@ int run(int argc, char** argv) {
         for (int32_t t : std::set<int32_t>(opts.n_threads.begin(), opts.n_threads.end())) {
             const kb::Bandwidth bw = kb::measure_bandwidth(
                 kb::BandwidthOptions{.bytes = static_cast<size_t>(opts.bandwidth_mib) << 20, .threads = t, .passes = 7});
-            std::fprintf(stderr, "kiln-bench: read bandwidth, %d threads (%s loads, %d MiB): best %.2f GiB/s, median %.2f GiB/s\n", t,
-                         bw.loads, opts.bandwidth_mib, bw.best_gibs, bw.median_gibs);
+            std::fprintf(stderr,
+                         "kiln-bench: read bandwidth, %d threads (%s loads, %d MiB, %d patterns): best %.2f GiB/s (%s), median %.2f "
+                         "GiB/s; plain loads best %.2f GiB/s\n",
+                         t, bw.loads, opts.bandwidth_mib, bw.n_patterns, bw.best_gibs, bw.pattern, bw.median_gibs, bw.plain_best_gibs);
             report.bandwidth[t] = bw;
         }
     }
