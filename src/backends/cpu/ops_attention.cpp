@@ -340,11 +340,12 @@ void k_block_bf16(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, i
 // and block was 4% of generation's attention). pb: P goes there in BF16 or fp16 (exp_half:
 // exp_row_bf16 or exp_row_f16; row i at pb + i * ldpb, nk rounded up to even: BF16 pairs) instead of
 // over s. Returns bit i set where row i saw a key.
+constexpr int64_t kSoftmaxRun = 16;  // softmax_rows' most rows (bits of its result)
 template <class RowMask>
 uint32_t softmax_rows(const AttnKernels& kern, int64_t nr, float* s, int64_t lds, RowMask row_mask, int64_t nk, float softcap,
                       float* mx, float* sum, float* corr, uint16_t* pb, int64_t ldpb, AttnExpRowF16Fn exp_half) {
     uint32_t seen = 0;
-    float m_new[16];
+    float m_new[kSoftmaxRun];
     for (int64_t i = 0; i < nr; ++i) {
         float* row = s + i * lds;
         const float* m = row_mask(i);
@@ -368,7 +369,6 @@ uint32_t softmax_rows(const AttnKernels& kern, int64_t nr, float* s, int64_t lds
     }
     return seen;
 }
-constexpr int64_t kSoftmaxRun = 16;  // softmax_rows' most rows
 
 // A thread's float rows of one KV head's K (AttnPlan::k_rows), converted from the panels as needed.
 struct KRows {

@@ -367,6 +367,10 @@ const PackedKernels* packed_kquants_avx512(Type t, const CpuFeatures& f);
 // The Q6_K kernels of packed_kquants_avx512 with GFNI unpacking (gemm_kquants_avx512gfni.cpp);
 // packed_kquants_avx512 returns them where the features say GFNI and not zen4.
 const PackedKernels* packed_q6_K_avx512gfni();
+// The GF(2) affine matrix (vgf2p8affineqb) that moves bits 4..7 of every byte to 0..3 and clears
+// the rest: byte 7 - i of the matrix selects input bit src(i) for output bit i. Shared by the q4_0
+// and Q6_K GFNI unpacking.
+inline constexpr long long kGfniHighNibble = 0x1020408000000000LL;
 // The AMX int8 kernels for Q4_K weights (gemm_kquants_avx512amx.cpp; coarse: for activations
 // scaled per super-block), null for other types or where the build has none;
 // packed_kquants_avx512 makes them the batch kernels of its own where CpuFeatures::amx_int8.

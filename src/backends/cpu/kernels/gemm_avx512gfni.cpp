@@ -15,7 +15,7 @@ namespace {
 // i + 4 (matrix row 7 - i holds 1 << (i + 4)); output bits 4..7 are 0.
 struct GfniUnpack {
     static __m512i high_nibbles(__m512i v, __m512i) {
-        return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x1020408000000000LL), 0);
+        return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(detail::kGfniHighNibble), 0);
     }
 };
 

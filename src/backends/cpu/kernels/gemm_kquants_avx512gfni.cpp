@@ -13,9 +13,7 @@ namespace kiln::cpu {
 namespace {
 
 // affine(x, M) sets output bit i of each byte to input bit src(i) where byte 7 - i of M is
-// 1 << src(i) (a zero byte: bit i is 0).
-constexpr long long kHighNibble = 0x1020408000000000LL;  // bits 4..7 to 0..3
-// bits 2k, 2k + 1 to 4, 5
+// 1 << src(i) (a zero byte: bit i is 0). Bits 2k, 2k + 1 to 4, 5:
 constexpr long long qh_pair(int k) { return (1LL << (2 * k)) << 24 | (1LL << (2 * k + 1)) << 16; }
 
 struct Q6GfniUnpack {
@@ -24,7 +22,7 @@ struct Q6GfniUnpack {
             const __m512i hs = _mm512_gf2p8affine_epi64_epi8(qh, _mm512_set1_epi64(qh_pair(k)), 0);
             return _mm512_ternarylogic_epi32(ql, hs, _mm512_set1_epi8(0x0F), 0xEC);  // (a & c) | b
         }
-        const __m512i lo = _mm512_gf2p8affine_epi64_epi8(ql, _mm512_set1_epi64(kHighNibble), 0);
+        const __m512i lo = _mm512_gf2p8affine_epi64_epi8(ql, _mm512_set1_epi64(detail::kGfniHighNibble), 0);
         if (k == 2) return _mm512_ternarylogic_epi32(lo, qh, _mm512_set1_epi8(0x30), 0xF8);  // a | (b & c)
         return _mm512_or_si512(lo, _mm512_gf2p8affine_epi64_epi8(qh, _mm512_set1_epi64(qh_pair(3)), 0));
     }
