@@ -66,9 +66,14 @@ struct Layout {
 template <bool kQ4, class Unpack, int NC, int NB, bool kPf>
 inline void add_blocks(const WeightsPrefetch& wp, const uint8_t* blk, const uint8_t* xb, __m512 (&acc)[NC]) {
     using L = Layout<kQ4, Unpack>;
-    if constexpr (kPf) {
+    // Generation (one activation row and its residual) spreads its requests over the steps where
+    // the tiles make near requests (Intel), else they go at the top of the blocks: see kLines.
+    constexpr bool kSpread = kPf && NC <= 2;
+    if constexpr (kPf && !kSpread) {
         if (kQ4 || NC > 2 || wp.q8_0_gen) prefetch_weights<NB * L::kBlockBytes>(wp, blk);
     }
+    const bool spread = kSpread && (kQ4 || wp.q8_0_gen) && wp.near_l1;
+    const uint8_t* far = blk + std::max(wp.far_bytes, kPrefetchL1Bytes + 1024);
     // sum[i][j]: block i, row j; starts from the block's offset correction.
     __m512i sum[NB][NC];
 #pragma GCC unroll 2
@@ -101,6 +106,32 @@ inline void add_blocks(const WeightsPrefetch& wp, const uint8_t* blk, const uint
     };
 #pragma GCC unroll 8
     for (int s = 0; s < L::kSteps; ++s) {
+        if constexpr (kSpread) {
+            // Step s asks for its share of the blocks' lines (near and far, line by line), step 0
+            // also for the lines left over: q8_0 a line a step, q4_0 (two blocks) 2. Generation
+            // took 0.96 (q8_0) and 0.98 (q4_0) x the time of the two-step bursts this replaced
+            // (AMX Xeon, 1b models, two builds decoding in turn in one process, both orders,
+            // 2026-12-05); F16's precise tile does the same (gemm_float_avx512.cpp). Written out
+            // here: the same requests through a shared helper in gemm.h compiled to a q4_0 tile
+            // that measured 0.993 instead of 0.98, and F16 1.06 x instead of 0.988.
+            constexpr int kLines = (NB * L::kBlockBytes + 63) / 64, kPer = kLines / L::kSteps, kExtra = kLines - kPer * L::kSteps;
+            if (spread) {
+#pragma GCC unroll 4
+                for (int l = 0; l < kPer; ++l) {
+                    prefetch_l1(blk + kPrefetchL1Bytes + 64 * (kPer * s + l));
+                    prefetch_far(far + 64 * (kPer * s + l), wp.far_all_levels);
+                }
+                if (s == 0) {
+#pragma GCC unroll 4
+                    for (int l = 0; l < kExtra; ++l) {
+                        prefetch_l1(blk + kPrefetchL1Bytes + 64 * (kPer * L::kSteps + l));
+                        prefetch_far(far + 64 * (kPer * L::kSteps + l), wp.far_all_levels);
+                    }
+                }
+            } else if (s == 0 && (kQ4 || wp.q8_0_gen)) {
+                prefetch_weights<NB * L::kBlockBytes>(wp, blk);
+            }
+        }
         __m512i a[NB], b[NB];
 #pragma GCC unroll 2
         for (int i = 0; i < NB; ++i) L::step(blk + i * L::kBlockBytes, s, a[i], b[i]);
@@ -150,26 +181,11 @@ void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, float* y, int64_t y_
     // (bench_gemm q8_0/M:1/precise:1/dram:1), so the stream no longer rests on them alone.
     constexpr int kPair = !kQ4 && kPf && NC <= 2 ? 1 : 2;
     const WeightsPrefetch wp = weights_prefetch();  // outside the loop (see WeightsPrefetch)
+    // Generation on Intel: each add_blocks spreads its blocks' requests over its steps (see
+    // there). Tried before that: the requests for two steps' blocks at once (~1.1 KiB) 0.95-0.98
+    // (q4_0) and 0.984-0.989 (q8_0) x the time of one step's at its top, four steps' 1.085 / 1.01
+    // (in-process alternation, 2026-12-05); spreading measured 0.96-0.98 against the two-step bursts.
     int64_t b = 0;
-    // Generation (one activation row and its residual): where the tiles make near requests
-    // (Intel), the requests for two steps' blocks go out at once, about 1.1 KiB (4 q4_0 blocks of
-    // 16 rows, 2 of q8_0), instead of one step's at the top of each. The products took 0.95-0.98
-    // (q4_0) and 0.984-0.989 (q8_0) x the time (AMX Xeon, 1b generation, calls alternating between
-    // the two in one process, 2026-12-05; whole runs of tg32, builds alternated: q4_0 -1.0 to
-    // +1.6%, q8_0 +0.1 to +1.2%); four steps' at once (2.2 KiB) 1.085 / 1.01, and one step's
-    // spread over its loads 1.05 (q4_0). (The K-quant tiles' 2.3-3.4 KiB super-blocks are
-    // another matter: their requests go in 8 pieces; in 2 pieces 1.01-1.03.)
-    if constexpr (kPf && NC <= 2) {
-        if (wp.near_l1 && (kQ4 || wp.q8_0_gen)) {
-            constexpr size_t kB = Layout<kQ4, Unpack>::kBlockBytes;
-#pragma GCC unroll 1
-            for (; b + 2 * kPair <= nb; b += 2 * kPair) {
-                prefetch_weights<2 * kPair * kB>(wp, wg + b * kB);
-                add_blocks<kQ4, Unpack, NC, kPair, false>(wp, wg + b * kB, xt + b * kActBlockBytes, acc);
-                add_blocks<kQ4, Unpack, NC, kPair, false>(wp, wg + (b + kPair) * kB, xt + (b + kPair) * kActBlockBytes, acc);
-            }
-        }
-    }
 #pragma GCC unroll 1
     for (; b + kPair <= nb; b += kPair) add_blocks<kQ4, Unpack, NC, kPair, kPf>(wp, wg + b * Layout<kQ4, Unpack>::kBlockBytes, xt + b * kActBlockBytes, acc);
     if (b < nb) add_blocks<kQ4, Unpack, NC, 1, kPf>(wp, wg + b * Layout<kQ4, Unpack>::kBlockBytes, xt + b * kActBlockBytes, acc);
