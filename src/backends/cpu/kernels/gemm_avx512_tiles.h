@@ -113,7 +113,7 @@ __attribute__((always_inline)) inline void add_blocks(const WeightsPrefetch& wp,
     for (int s = 0; s < L::kSteps; ++s) {
         if constexpr (kSpread) {
             // Step s asks for its share of the blocks' lines (near and far, line by line), step 0
-            // also for the lines left over: q8_0 a line a step, q4_0 (two blocks) 2. Generation
+            // also for the lines left over: a line a step (q8_0: 9 lines in 8 steps, q4_0: 5 in 4). Generation
             // took 0.96 (q8_0) and 0.98 (q4_0) x the time of the two-step bursts this replaced
             // (AMX Xeon, 1b models, two builds decoding in turn in one process, both orders,
             // 2026-12-05); F16's precise tile does the same (gemm_float_avx512.cpp). Written out
@@ -191,6 +191,16 @@ void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, float* y, int64_t y_
     // (q4_0) and 0.984-0.989 (q8_0) x the time of one step's at its top, four steps' 1.085 / 1.01
     // (in-process alternation, 2026-12-05); spreading measured 0.96-0.98 against the two-step bursts.
     int64_t b = 0;
+    // With the spread requests (Intel), q4_0 generation also goes a block at a time: 0.972-0.979 x
+    // the time of pairs (4 runs, both orders), 43 instead of 40 GB/s with the weights in L2; four
+    // dependency chains a block (a row and its residual, two each) are enough there. Elsewhere
+    // (AMD, requests at the blocks' tops) the pairs stay: not measured.
+    if constexpr (kQ4 && kPf && NC <= 2) {
+        if (wp.near_l1) {
+#pragma GCC unroll 1
+            for (; b < nb; ++b) add_blocks<kQ4, Unpack, NC, 1, kPf>(wp, wg + b * Layout<kQ4, Unpack>::kBlockBytes, xt + b * kActBlockBytes, acc);
+        }
+    }
 #pragma GCC unroll 1
     for (; b + kPair <= nb; b += kPair) add_blocks<kQ4, Unpack, NC, kPair, kPf>(wp, wg + b * Layout<kQ4, Unpack>::kBlockBytes, xt + b * kActBlockBytes, acc);
     if (b < nb) add_blocks<kQ4, Unpack, NC, 1, kPf>(wp, wg + b * Layout<kQ4, Unpack>::kBlockBytes, xt + b * kActBlockBytes, acc);
