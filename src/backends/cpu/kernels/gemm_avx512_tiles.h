@@ -113,12 +113,13 @@ __attribute__((always_inline)) inline void add_blocks(const WeightsPrefetch& wp,
     for (int s = 0; s < L::kSteps; ++s) {
         if constexpr (kSpread) {
             // Step s asks for its share of the blocks' lines (near and far, line by line), step 0
-            // also for the lines left over: a line a step (q8_0: 9 lines in 8 steps, q4_0: 5 in 4). Generation
-            // took 0.96 (q8_0) and 0.98 (q4_0) x the time of the two-step bursts this replaced
-            // (AMX Xeon, 1b models, two builds decoding in turn in one process, both orders,
-            // 2026-12-05); F16's precise tile does the same (gemm_float_avx512.cpp). Written out
-            // here: the same requests through a shared helper in gemm.h compiled to a q4_0 tile
-            // that measured 0.993 instead of 0.98, and F16 1.06 x instead of 0.988.
+            // also for the lines left over: a line a step (q8_0: 9 lines in 8 steps; q4_0 a block
+            // at a time, see tile: 5 in 4). Generation took 0.96 (q8_0) and 0.98 (q4_0, then in
+            // pairs) x the time of the two-step bursts this replaced (AMX Xeon, 1b models, two
+            // builds decoding in turn in one process, both orders, 2026-12-05); F16's precise tile
+            // does the same (gemm_float_avx512.cpp). Written out here: the same requests through a
+            // shared helper in gemm.h compiled to a q4_0 tile that measured 0.993 instead of 0.98,
+            // and F16 1.06 x instead of 0.988.
             constexpr int kLines = (NB * L::kBlockBytes + 63) / 64, kPer = kLines / L::kSteps, kExtra = kLines - kPer * L::kSteps;
             if (spread) {
 #pragma GCC unroll 4
