@@ -90,14 +90,16 @@ inline void prefetch_block(const WeightsPrefetch& wp, const uint8_t* p) {
 }
 
 // Generation's precise tiles (one or two rows) make a block's requests a line at each of its 16
-// steps (near and far, as prefetch_block's), not all 32 at the top of the block: F16 generation
-// took 0.984-0.989 x the time (AMX Xeon, 1b F16 tg, two builds decoding in turn in one process,
-// both orders; bench_gemm f16/M:1/precise:1/dram:1 16.8 -> 17.1 GB/s). There, far requests 5 or
-// 8 KiB ahead instead of 6 took 1.03 / 1.11 x the time, no near requests 1.05.
+// steps, not all 32 at the top of the block (prefetch_block): F16 generation took 0.984-0.994 x
+// the time (AMX Xeon, 1b F16 tg, two builds decoding in turn in one process, both orders;
+// bench_gemm f16/M:1/precise:1/dram:1 16.8 -> 17.1 GB/s). With near 4 / far 6 KiB as
+// prefetch_block: far 5 or 8 KiB 1.03 / 1.11 x the time, no near requests 1.05, near 2 / 3 KiB
+// 0.99-1.0. Then 1 KiB further, near 5 / far 7 KiB (as the q4_0 tile's): 0.945-0.956 x the time
+// (the two orders of 4 runs: 0.945-0.956 and 0.950-0.993); 6 / 8 KiB 1.01 / 1.07 x that of 5 / 7.
 inline void prefetch_line_at_step(const WeightsPrefetch& wp, const uint8_t* wb, int i) {
     if (!wp.float_weights) return;
-    if (wp.near_l1) prefetch_l1(wb + kPrefetchL1Bytes + 64 * i);
-    prefetch_far(wb + std::max(wp.far_bytes, kPrefetchL1Bytes + 1024) + 64 * i, wp.far_all_levels);
+    if (wp.near_l1) prefetch_l1(wb + kPrefetchL1Bytes + 1024 + 64 * i);
+    prefetch_far(wb + std::max(wp.far_bytes, kPrefetchL1Bytes + 1024) + 1024 + 64 * i, wp.far_all_levels);
 }
 
 // ---- fast (BF16) ----
