@@ -58,26 +58,11 @@ template <size_t kBytes>
 inline void prefetch_ahead(const WeightsPrefetch& wp, const uint8_t* blk) {
     prefetch_weights<kBytes, kL1AheadBytes<kBytes>>(wp, blk);
 }
-// prefetch_ahead's requests spread over the 8 steps of a super-block (generation tiles). Where
-// the tiles make near requests (Intel) step `part` takes its eighth of the lines (Q4_K's 36: 4 or
-// 5 a step; Q6_K's 53: 6 or 7), line by line and without prefetch_weights_part's fences, as the
-// q4_0 / q8_0 generation tiles do: Q4_K_M generation 0.973-0.982 x the time of the fenced pieces
-// of 5 / 7 lines (the last one short), 6 runs, both orders of two builds decoding in turn (AMX
-// Xeon, 2026-12-05); the same even split with the fences 1.004-1.011. AMD keeps the pieces.
+// prefetch_ahead's requests in 8 pieces, one per step of a super-block (the generation tiles where
+// they make no near requests: AMD). Intel's generation tiles ask for a share of the lines at every
+// line step instead (tile_q4_K_gen_lines, tile_q6_K_gen_lines).
 template <size_t kBytes>
 inline void prefetch_ahead_part(const WeightsPrefetch& wp, const uint8_t* blk, int part) {
-    if (wp.near_l1) {
-        constexpr int kLines = (kBytes + 63) / 64;
-        // 1 KiB further than prefetch_ahead's (Q4_K near 5.5 / far 8 KiB, Q6_K 4.3 / 6.8): 0.984-0.988
-        // x the time (4 runs, both orders); 2 KiB further 1.058 / 1.060.
-        constexpr size_t kNear = kL1AheadBytes<kBytes> + 1024;
-        const uint8_t* far = blk + std::max(wp.far_bytes, kNear + kFarPastNearBytes);
-        for (int l = kLines * part / 8; l < kLines * (part + 1) / 8; ++l) {
-            prefetch_l1(blk + kNear + 64 * l);
-            prefetch_far(far + 64 * l, wp.far_all_levels);
-        }
-        return;
-    }
     prefetch_weights_part<kBytes, 8, kL1AheadBytes<kBytes>>(wp, blk, part);
 }
 
@@ -244,7 +229,7 @@ inline __m512 output(const __m512* acc, int o) {
 // 0.90-0.94 x the time, one row fast 0.97-0.98; 1b Q4_K_M generation in a slow memory phase
 // (bound by the stream, not by this) 1.00 +- 0.01 (4 runs). Keep the prefetch pieces one per
 // sub-block: pairing them, with the two sub-blocks of a byte sharing their loads, was 4% slower
-// in the model.
+// in the model. (All of this on Zen 4, where this tile still runs; Intel: tile_q4_K_gen_lines.)
 template <int NC, int P>
 void tile_q4_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     static_assert(NC <= 2);
@@ -297,6 +282,103 @@ void tile_q4_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, 
     for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, _mm512_sub_ps(acc[o], accm[o]));
 }
 
+// Generation where the tiles make near requests (Intel): as tile_q4_K_gen, but each 64-byte line
+// of quants is loaded once, its low nibbles feeding sub-block 2p and its high ones sub-block 2p + 1
+// (four dependency chains a row), and every line step asks for one line near and one far (the
+// super-block's 4 lines of d, dmin and scales ride on the first 4 steps), as the q4_0 tiles do.
+// tile_q4_K_gen's 8 sub-block steps asked for 4-5 lines each. Measured on the AMX Xeon (family 6
+// model 167), 2026-12-05: bench_gemm q4_K/M:1/precise:1 (one thread) weights in L2 32 -> 39 GB/s,
+// streaming from memory 14.0-14.2 -> 14.7-14.9 GB/s (3 runs each, alternated); 1b Q4_K_M
+// generation, two builds decoding in turn (bench/ab_builds.c, both orders), with
+// tile_q6_K_gen_lines: 0.958-0.960 x the time. The same sub-block loop as tile_q4_K_gen with its
+// requests hoisted out of run-time branches (clean code, 507 instructions a super-block where GCC
+// had made 1276, pointers parked in mask registers) was faster in L2 (36-38 GB/s) but streamed
+// slower (13.1-14.0 GB/s; the model 1.065 x the time): how requests and loads are laid out
+// moves the stream more than the arithmetic does.
+template <int NC, int P>
+void tile_q4_K_gen_lines(const WeightsPrefetch& wp, const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
+    static_assert(NC <= 2);
+    constexpr int NO = NC / P;
+    constexpr size_t kNear = kL1AheadBytes<sizeof(block_q4_Kx16)> + 1024;
+    const size_t far_off = std::max(wp.far_bytes, kNear + kFarPastNearBytes);
+    constexpr size_t kQsLine = offsetof(block_q4_Kx16, qs) / 64;  // lines before the quants
+    static_assert(offsetof(block_q4_Kx16, qs) % 64 == 0 && kQsLine <= 8);
+    __m512 acc[NO], accm[NO];
+#pragma GCC unroll 2
+    for (int o = 0; o < NO; ++o) acc[o] = accm[o] = _mm512_setzero_ps();
+    const __m512i mlo = _mm512_set1_epi8(0x0F), mhi = _mm512_set1_epi8(static_cast<char>(0xF0));
+#pragma GCC unroll 1
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
+        const auto* bytes = reinterpret_cast<const uint8_t*>(blk);
+        __m512 sc[8], mn[8];
+        q4_K_scales_raw(blk, sc, mn);
+        const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
+        __m512 se[NO], so[NO], sm[NO];  // this super-block's even, odd and min sums
+#pragma GCC unroll 2
+        for (int o = 0; o < NO; ++o) se[o] = so[o] = sm[o] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {  // sub-blocks 2p (low nibbles) and 2p + 1 (high)
+            const uint8_t* xe = xs + 2 * p * kActBlockBytes;
+            const uint8_t* xo = xe + kActBlockBytes;
+            __m512i e[2][NC], od[2][NC];  // [c / 4][row]: two chains per row and sub-block
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+                for (int k = 0; k < NC; ++k) e[h][k] = od[h][k] = _mm512_setzero_si512();
+            }
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; ++c) {
+                const size_t line = kQsLine + 8 * p + c;
+                prefetch_l1(bytes + kNear + 64 * line);
+                prefetch_l2(bytes + far_off + 64 * line);  // near requests mean Intel, whose far ones go into L2
+                if (p == 0 && c < static_cast<int>(kQsLine)) {
+                    prefetch_l1(bytes + kNear + 64 * c);
+                    prefetch_l2(bytes + far_off + 64 * c);
+                }
+                const __m512i w = _mm512_loadu_si512(blk->qs + 512 * p + 64 * c);
+                const __m512i lo = _mm512_and_si512(w, mlo), hi = _mm512_and_si512(w, mhi);
+#pragma GCC unroll 2
+                for (int k = 0; k < NC; ++k) {
+                    e[c / 4][k] = dpbusd_bcast(e[c / 4][k], lo, reinterpret_cast<const int32_t*>(xe + 32 * k) + c);
+                    od[c / 4][k] = dpbusd_bcast(od[c / 4][k], hi, reinterpret_cast<const int32_t*>(xo + 32 * k) + c);
+                }
+            }
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; ++half) {  // half 0: sub-block 2p, 1: 2p + 1
+                const int j = 2 * p + half;
+                const uint8_t* xb = half ? xo : xe;
+                const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
+                const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile);
+#pragma GCC unroll 2
+                for (int o = 0; o < NO; ++o) {
+                    auto sums = [&](int k) { return _mm512_cvtepi32_ps(half ? _mm512_add_epi32(od[0][k], od[1][k]) : _mm512_add_epi32(e[0][k], e[1][k])); };
+                    __m512 f = _mm512_mul_ps(sums(P * o), _mm512_set1_ps(xd[P * o]));
+                    float ms = xsum[P * o];
+                    if constexpr (P == 2) {
+                        f = _mm512_fmadd_ps(sums(P * o + 1), _mm512_set1_ps(xd[P * o + 1]), f);
+                        ms += xsum[P * o + 1];
+                    }
+                    if (half) so[o] = _mm512_fmadd_ps(f, sc[j], so[o]);
+                    else se[o] = _mm512_fmadd_ps(f, sc[j], se[o]);
+                    sm[o] = _mm512_fmadd_ps(mn[j], _mm512_set1_ps(ms), sm[o]);
+                }
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->dmin)));
+        const __m512 d16 = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));  // exact
+#pragma GCC unroll 2
+        for (int o = 0; o < NO; ++o) {
+            acc[o] = _mm512_fmadd_ps(se[o], d, acc[o]);
+            acc[o] = _mm512_fmadd_ps(so[o], d16, acc[o]);
+            accm[o] = _mm512_fmadd_ps(sm[o], dmin, accm[o]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, _mm512_sub_ps(acc[o], accm[o]));
+}
+
 // Prompts of up to 8 rows (3 to 8 activation rows of one tile): per row d * sc.
 template <int NC, int P>
 void tile_q4_K_rows(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
@@ -332,15 +414,21 @@ void tile_q4_K_rows(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y,
 
 template <int NC, int P>
 void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
-    if constexpr (NC <= 2) tile_q4_K_gen<NC, P>(wg, nsb, xt, y, y_stride);
-    else tile_q4_K_rows<NC, P>(wg, nsb, xt, y, y_stride);
+    if constexpr (NC <= 2) {
+        const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+        if (wp.near_l1) tile_q4_K_gen_lines<NC, P>(wp, wg, nsb, xt, y, y_stride);
+        else tile_q4_K_gen<NC, P>(wg, nsb, xt, y, y_stride);
+    } else {
+        tile_q4_K_rows<NC, P>(wg, nsb, xt, y, y_stride);
+    }
 }
 
 // Generation (NC <= 2 activation rows): as tile_q4_K_gen, per super-block the sub-blocks' products
 // are summed against the bare scales, a row and its residual into one sum, and d is applied once at
 // the end: per activation block 4 fewer vector ops than tile_q6_K_rows (no d * sc per sub-block, one
 // scaling FMA per output instead of one per row). 1b Q4_K_M generation, the Q6_K products' time in
-// one process with calls alternating between the two tiles (3 runs): 0.997, 0.987, 0.985.
+// one process with calls alternating between the two tiles (3 runs): 0.997, 0.987, 0.985. Where
+// the tiles make near requests (Intel) tile_q6_K_gen_lines runs instead.
 template <class U, int NC, int P>
 void tile_q6_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     static_assert(NC <= 2);
@@ -375,6 +463,88 @@ void tile_q6_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, 
                     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[P * o]), _mm512_set1_ps(xd[P * o]));
                     if constexpr (P == 2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[P * o + 1]), _mm512_set1_ps(xd[P * o + 1]), f);
                     ss[o] = _mm512_fmadd_ps(f, sc, ss[o]);
+                }
+            }
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
+#pragma GCC unroll 2
+        for (int o = 0; o < NO; ++o) acc[o] = _mm512_fmadd_ps(ss[o], d, acc[o]);
+    }
+#pragma GCC unroll 2
+    for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
+}
+
+// Generation where the tiles make near requests (Intel), as tile_q4_K_gen_lines: each line of low
+// quant bits (ql) is loaded once, feeding the two activation blocks that take its low and its high
+// nibbles (k and k + 2 of a 128-element half), with the line of high bits (qh) they share, and
+// every line step asks for its share of the super-block's 53 lines (1 or 2) near and far.
+// tile_q6_K_gen went block by block (each ql line loaded twice, each qh line four times) with 6-7
+// lines of requests a block. bench_gemm q6_K/M:1/precise:1, one thread: in L2 35-37 -> 40-42 GB/s,
+// from memory 13.7-14.1 -> 13.9-14.2 GB/s (AMX Xeon, 3 alternated runs); in the model see above.
+template <class U, int NC, int P>
+void tile_q6_K_gen_lines(const WeightsPrefetch& wp, const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
+    static_assert(NC <= 2);
+    constexpr int NO = NC / P;
+    constexpr int kLines = (sizeof(block_q6_Kx16) + 63) / 64;
+    constexpr size_t kNear = kL1AheadBytes<sizeof(block_q6_Kx16)> + 1024;
+    const size_t far_off = std::max(wp.far_bytes, kNear + kFarPastNearBytes);
+    __m512 acc[NO];
+#pragma GCC unroll 2
+    for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
+        const auto* bytes = reinterpret_cast<const uint8_t*>(blk);
+        const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
+        __m512 ss[NO];  // this super-block's sum against the bare scales
+#pragma GCC unroll 2
+        for (int o = 0; o < NO; ++o) ss[o] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int pass = 0; pass < 4; ++pass) {
+            const int h = pass / 2, par = pass % 2;  // blocks 4h + par (k = par) and 4h + par + 2 (k = par + 2)
+            const int b[2] = {4 * h + par, 4 * h + par + 2};
+            alignas(64) int32_t off[2][2][NC];
+            __m512i sum[2][2][NC];  // [block][half][row]
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; ++i) {
+                q6_K_half_offsets<NC>(xs + b[i] * kActBlockBytes, off[i]);
+#pragma GCC unroll 2
+                for (int half = 0; half < 2; ++half) {
+#pragma GCC unroll 2
+                    for (int k = 0; k < NC; ++k) sum[i][half][k] = _mm512_set1_epi32(off[i][half][k]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; ++c) {
+                const int t = 8 * pass + c;
+#pragma GCC unroll 2
+                for (int l = kLines * t / 32; l < kLines * (t + 1) / 32; ++l) {
+                    prefetch_l1(bytes + kNear + 64 * l);
+                    prefetch_l2(bytes + far_off + 64 * l);  // near requests mean Intel, whose far ones go into L2
+                }
+                const __m512i ql = _mm512_loadu_si512(blk->ql + 64 * (16 * h + 8 * par + c));
+                const __m512i qh = _mm512_loadu_si512(blk->qh + 64 * (8 * h + c));
+                const __m512i w[2] = {U::quants(ql, qh, par), U::quants(ql, qh, par + 2)};
+#pragma GCC unroll 2
+                for (int i = 0; i < 2; ++i) {
+                    const uint8_t* xb = xs + b[i] * kActBlockBytes;
+#pragma GCC unroll 2
+                    for (int k = 0; k < NC; ++k)
+                        sum[i][c / 4][k] = dpbusd_bcast(sum[i][c / 4][k], w[i], reinterpret_cast<const int32_t*>(xb + 32 * k) + c);
+                }
+            }
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; ++i) {
+                const auto* xd = reinterpret_cast<const float*>(xs + b[i] * kActBlockBytes + 32 * kActTile);
+#pragma GCC unroll 2
+                for (int half = 0; half < 2; ++half) {
+                    const __m512 sc = q6_K_scale_raw(blk, 2 * b[i] + half);
+#pragma GCC unroll 2
+                    for (int o = 0; o < NO; ++o) {
+                        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[i][half][P * o]), _mm512_set1_ps(xd[P * o]));
+                        if constexpr (P == 2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i][half][P * o + 1]), _mm512_set1_ps(xd[P * o + 1]), f);
+                        ss[o] = _mm512_fmadd_ps(f, sc, ss[o]);
+                    }
                 }
             }
         }
@@ -426,8 +596,13 @@ void tile_q6_K_rows(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y,
 
 template <class U, int NC, int P>
 void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
-    if constexpr (NC <= 2) tile_q6_K_gen<U, NC, P>(wg, nsb, xt, y, y_stride);
-    else tile_q6_K_rows<NC, P>(wg, nsb, xt, y, y_stride);
+    if constexpr (NC <= 2) {
+        const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+        if (wp.near_l1) tile_q6_K_gen_lines<U, NC, P>(wp, wg, nsb, xt, y, y_stride);
+        else tile_q6_K_gen<U, NC, P>(wg, nsb, xt, y, y_stride);
+    } else {
+        tile_q6_K_rows<NC, P>(wg, nsb, xt, y, y_stride);
+    }
 }
 
 // ---- decoded-group kernels (prompts): a group's weights are unpacked once into 8-bit
