@@ -31,7 +31,7 @@ namespace {
 using kiln::Type;
 
 void run_packed_gemm(benchmark::State& state, Type t, int64_t N) {
-    const int64_t K = getenv("BK") ? atoi(getenv("BK")) : 2048, M = state.range(0); if (getenv("BN") && N > 256) N = atoi(getenv("BN"));
+    const int64_t K = 2048, M = state.range(0);
     const bool precise = state.range(1) != 0;
     const bool dram = state.range(2) != 0;
     std::mt19937 rng(1);
