@@ -218,6 +218,42 @@ inline __m512 output(const __m512* acc, int o) {
 // ---- direct kernels: one group of 16 weight rows x the NC activation rows of one tile
 // (NC / P outputs), unpacking the weights on the fly (generation; prompts of <= 8 rows).
 
+// The generation tiles' per-super-block sums (tile_q4_K_gen, tile_q4_K_gen_lines): sub-block j's
+// integer sums (sum[k]: activation row k of block xb) against the bare scale sc and min mn, into
+// this super-block's even (se), odd (so) and min (sm) sums, a row and its residual together.
+template <int NC, int P>
+__attribute__((always_inline)) inline void q4_K_gen_add(const __m512i (&sum)[NC], const uint8_t* xb, int j, __m512 sc, __m512 mn,
+                                                        __m512 (&se)[NC / P], __m512 (&so)[NC / P], __m512 (&sm)[NC / P]) {
+    const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
+    const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile);
+#pragma GCC unroll 2
+    for (int o = 0; o < NC / P; ++o) {
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[P * o]), _mm512_set1_ps(xd[P * o]));
+        float ms = xsum[P * o];
+        if constexpr (P == 2) {
+            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[P * o + 1]), _mm512_set1_ps(xd[P * o + 1]), f);
+            ms += xsum[P * o + 1];
+        }
+        if (j % 2) so[o] = _mm512_fmadd_ps(f, sc, so[o]);
+        else se[o] = _mm512_fmadd_ps(f, sc, se[o]);
+        sm[o] = _mm512_fmadd_ps(mn, _mm512_set1_ps(ms), sm[o]);
+    }
+}
+// The end of a super-block: d, d / 16 and dmin applied to its sums, into the outputs' sums.
+template <int NO>
+__attribute__((always_inline)) inline void q4_K_gen_finish(const block_q4_Kx16* blk, const __m512 (&se)[NO], const __m512 (&so)[NO],
+                                                           const __m512 (&sm)[NO], __m512 (&acc)[NO], __m512 (&accm)[NO]) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->dmin)));
+    const __m512 d16 = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));  // exact
+#pragma GCC unroll 2
+    for (int o = 0; o < NO; ++o) {
+        acc[o] = _mm512_fmadd_ps(se[o], d, acc[o]);
+        acc[o] = _mm512_fmadd_ps(so[o], d16, acc[o]);
+        accm[o] = _mm512_fmadd_ps(sm[o], dmin, accm[o]);
+    }
+}
+
 // Generation (NC <= 2 activation rows: one row, a row and its residual, or two rows). Per
 // super-block and output, the sub-blocks' products are summed against the bare 6-bit scales
 // and mins, in three sums (even sub-blocks, odd ones, whose quants come as 16 q, and the
@@ -251,32 +287,11 @@ void tile_q4_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, 
         for (int j = 0; j < 8; ++j) {
             prefetch_ahead_part<sizeof(block_q4_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk), j);
             const uint8_t* xb = xs + j * kActBlockBytes;
-            const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
-            const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile);
             __m512i sum[NC];
             q4_K_sub_block_sums<NC>(blk, j, xb, sum);
-#pragma GCC unroll 2
-            for (int o = 0; o < NO; ++o) {
-                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[P * o]), _mm512_set1_ps(xd[P * o]));
-                float ms = xsum[P * o];
-                if constexpr (P == 2) {
-                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[P * o + 1]), _mm512_set1_ps(xd[P * o + 1]), f);
-                    ms += xsum[P * o + 1];
-                }
-                if (j % 2) so[o] = _mm512_fmadd_ps(f, sc[j], so[o]);
-                else se[o] = _mm512_fmadd_ps(f, sc[j], se[o]);
-                sm[o] = _mm512_fmadd_ps(mn[j], _mm512_set1_ps(ms), sm[o]);
-            }
+            q4_K_gen_add<NC, P>(sum, xb, j, sc[j], mn[j], se, so, sm);
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->dmin)));
-        const __m512 d16 = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));  // exact
-#pragma GCC unroll 2
-        for (int o = 0; o < NO; ++o) {
-            acc[o] = _mm512_fmadd_ps(se[o], d, acc[o]);
-            acc[o] = _mm512_fmadd_ps(so[o], d16, acc[o]);
-            accm[o] = _mm512_fmadd_ps(sm[o], dmin, accm[o]);
-        }
+        q4_K_gen_finish<NO>(blk, se, so, sm, acc, accm);
     }
 #pragma GCC unroll 2
     for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, _mm512_sub_ps(acc[o], accm[o]));
@@ -348,34 +363,13 @@ void tile_q4_K_gen_lines(const WeightsPrefetch& wp, const uint8_t* wg, int64_t n
             }
 #pragma GCC unroll 2
             for (int half = 0; half < 2; ++half) {  // half 0: sub-block 2p, 1: 2p + 1
-                const int j = 2 * p + half;
-                const uint8_t* xb = half ? xo : xe;
-                const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile);
-                const auto* xsum = reinterpret_cast<const float*>(xb + 36 * kActTile);
+                __m512i sum[NC];
 #pragma GCC unroll 2
-                for (int o = 0; o < NO; ++o) {
-                    auto sums = [&](int k) { return _mm512_cvtepi32_ps(half ? _mm512_add_epi32(od[0][k], od[1][k]) : _mm512_add_epi32(e[0][k], e[1][k])); };
-                    __m512 f = _mm512_mul_ps(sums(P * o), _mm512_set1_ps(xd[P * o]));
-                    float ms = xsum[P * o];
-                    if constexpr (P == 2) {
-                        f = _mm512_fmadd_ps(sums(P * o + 1), _mm512_set1_ps(xd[P * o + 1]), f);
-                        ms += xsum[P * o + 1];
-                    }
-                    if (half) so[o] = _mm512_fmadd_ps(f, sc[j], so[o]);
-                    else se[o] = _mm512_fmadd_ps(f, sc[j], se[o]);
-                    sm[o] = _mm512_fmadd_ps(mn[j], _mm512_set1_ps(ms), sm[o]);
-                }
+                for (int k = 0; k < NC; ++k) sum[k] = half ? _mm512_add_epi32(od[0][k], od[1][k]) : _mm512_add_epi32(e[0][k], e[1][k]);
+                q4_K_gen_add<NC, P>(sum, half ? xo : xe, 2 * p + half, sc[2 * p + half], mn[2 * p + half], se, so, sm);
             }
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->dmin)));
-        const __m512 d16 = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));  // exact
-#pragma GCC unroll 2
-        for (int o = 0; o < NO; ++o) {
-            acc[o] = _mm512_fmadd_ps(se[o], d, acc[o]);
-            acc[o] = _mm512_fmadd_ps(so[o], d16, acc[o]);
-            accm[o] = _mm512_fmadd_ps(sm[o], dmin, accm[o]);
-        }
+        q4_K_gen_finish<NO>(blk, se, so, sm, acc, accm);
     }
 #pragma GCC unroll 2
     for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, _mm512_sub_ps(acc[o], accm[o]));
