@@ -419,6 +419,25 @@ void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int6
     }
 }
 
+// The Q6_K generation tiles' sums (tile_q6_K_gen, tile_q6_K_gen_lines): a 16-element sub-block's
+// integer sums (sum[k]: activation row k, whose block's d are xd) against its bare scale sc, into
+// the super-block's sum ss, a row and its residual together; then d applied per super-block.
+template <int NC, int P>
+__attribute__((always_inline)) inline void q6_K_gen_add(const __m512i (&sum)[NC], const float* xd, __m512 sc, __m512 (&ss)[NC / P]) {
+#pragma GCC unroll 2
+    for (int o = 0; o < NC / P; ++o) {
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[P * o]), _mm512_set1_ps(xd[P * o]));
+        if constexpr (P == 2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[P * o + 1]), _mm512_set1_ps(xd[P * o + 1]), f);
+        ss[o] = _mm512_fmadd_ps(f, sc, ss[o]);
+    }
+}
+template <int NO>
+__attribute__((always_inline)) inline void q6_K_gen_finish(const block_q6_Kx16* blk, const __m512 (&ss)[NO], __m512 (&acc)[NO]) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
+#pragma GCC unroll 2
+    for (int o = 0; o < NO; ++o) acc[o] = _mm512_fmadd_ps(ss[o], d, acc[o]);
+}
+
 // Generation (NC <= 2 activation rows): as tile_q4_K_gen, per super-block the sub-blocks' products
 // are summed against the bare scales, a row and its residual into one sum, and d is applied once at
 // the end: per activation block 4 fewer vector ops than tile_q6_K_rows (no d * sc per sub-block, one
@@ -454,17 +473,10 @@ void tile_q6_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, 
                 const __m512 sc = q6_K_scale_raw(blk, 2 * b + half);
                 __m512i sum[NC];
                 q6_K_half_sums<NC>(w, xb, off, half, sum);
-#pragma GCC unroll 2
-                for (int o = 0; o < NO; ++o) {
-                    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[P * o]), _mm512_set1_ps(xd[P * o]));
-                    if constexpr (P == 2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[P * o + 1]), _mm512_set1_ps(xd[P * o + 1]), f);
-                    ss[o] = _mm512_fmadd_ps(f, sc, ss[o]);
-                }
+                q6_K_gen_add<NC, P>(sum, xd, sc, ss);
             }
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
-#pragma GCC unroll 2
-        for (int o = 0; o < NO; ++o) acc[o] = _mm512_fmadd_ps(ss[o], d, acc[o]);
+        q6_K_gen_finish<NO>(blk, ss, acc);
     }
 #pragma GCC unroll 2
     for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
@@ -536,19 +548,11 @@ void tile_q6_K_gen_lines(const WeightsPrefetch& wp, const uint8_t* wg, int64_t n
                 const auto* xd = reinterpret_cast<const float*>(xs + b[i] * kActBlockBytes + 32 * kActTile);
 #pragma GCC unroll 2
                 for (int half = 0; half < 2; ++half) {
-                    const __m512 sc = q6_K_scale_raw(blk, 2 * b[i] + half);
-#pragma GCC unroll 2
-                    for (int o = 0; o < NO; ++o) {
-                        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[i][half][P * o]), _mm512_set1_ps(xd[P * o]));
-                        if constexpr (P == 2) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i][half][P * o + 1]), _mm512_set1_ps(xd[P * o + 1]), f);
-                        ss[o] = _mm512_fmadd_ps(f, sc, ss[o]);
-                    }
+                    q6_K_gen_add<NC, P>(sum[i][half], xd, q6_K_scale_raw(blk, 2 * b[i] + half), ss);
                 }
             }
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->d)));
-#pragma GCC unroll 2
-        for (int o = 0; o < NO; ++o) acc[o] = _mm512_fmadd_ps(ss[o], d, acc[o]);
+        q6_K_gen_finish<NO>(blk, ss, acc);
     }
 #pragma GCC unroll 2
     for (int o = 0; o < NO; ++o) _mm512_storeu_ps(y + o * y_stride, acc[o]);
