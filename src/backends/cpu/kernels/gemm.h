@@ -170,9 +170,10 @@ inline size_t packed_gemm_scratch_bytes(const PackedKernels& pk, int64_t K, int6
 //   distance + 1 KiB: Q6_K's 7.6 KiB). Generation's tiles spread their requests over their steps
 //   and run them up to 1 KiB further (gemm_avx512_tiles.h add_blocks, gemm_float_avx512.cpp
 //   prefetch_line_at_step, gemm_kquants_avx512_tiles.h tile_q4_K_gen_lines). The L2 requests
-//   keep more lines in flight than L1's fill buffers allow: one thread streaming 300 MiB through the precise q4_0 generation tile read at
-//   83% of a plain read with the L1 requests alone and at 90-100% with both (L1 1-4 KiB, L2 8-24
-//   KiB ahead all measured alike); kiln-bench tg32 on the 1b Q4_0 model, alternated runs: +8%.
+//   keep more lines in flight than L1's fill buffers allow: one thread streaming 300 MiB through
+//   the precise q4_0 generation tile read at 83% of a plain read with the L1 requests alone and at
+//   90-100% with both (L1 1-4 KiB, L2 8-24 KiB ahead all measured alike); kiln-bench tg32 on the
+//   1b Q4_0 model, alternated runs: +8%.
 //   With both threads streaming, the far requests 16 KiB ahead held fill buffers for a whole
 //   memory latency each (the hardware's own L2 streamer had not reached those lines yet); 6 KiB
 //   ahead they mostly find the streamer's lines. Measured on the AMX Xeon (2 vCPUs, family 6
