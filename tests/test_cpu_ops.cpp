@@ -27,6 +27,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels/attn_kernels.h"
 #include "backends/cpu/kernels/kernels.h"
@@ -1344,6 +1348,58 @@ TEST(CpuOpsChain, MixedGraphMatchesStepwise) {
         EXPECT_EQ(0, std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)))
             << "threads " << kThreads[i] << " differ from 1 thread";
     }
+}
+
+// Buffers of 2 MiB and more (KV cache layers) are asked for in huge pages, their part past the last
+// whole huge page not (HostBuffer): the smaps flags of the mappings say so (hg / nh).
+TEST(CpuBackendBasics, LargeBuffersAskForHugePages) {
+    CpuBackend be(CpuBackendOptions{1, MatmulPrecision::Fast});
+    constexpr size_t kBytes = (size_t{5} << 20) + 1000;
+    auto buf = be.alloc_buffer(kBytes);
+    auto* base = static_cast<uint8_t*>(buf->base());
+    ASSERT_NE(base, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % 64, 0u);
+    base[0] = 1;
+    base[kBytes - 1] = 2;
+    uint8_t back = 0;
+    buf->read(kBytes - 1, &back, 1);
+    EXPECT_EQ(back, 2);
+#if defined(__linux__)
+    std::FILE* thp = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!thp) GTEST_SKIP() << "no transparent huge pages in this kernel";
+    std::fclose(thp);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % (size_t{2} << 20), 0u);
+    // The VmFlags of the mapping holding address a.
+    auto flags_at = [](const void* a) {
+        std::FILE* f = std::fopen("/proc/self/smaps", "r");
+        std::string flags;
+        if (!f) return flags;
+        char line[512];
+        bool inside = false;
+        const auto x = reinterpret_cast<uintptr_t>(a);
+        while (std::fgets(line, sizeof line, f)) {
+            unsigned long lo = 0, hi = 0;
+            if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
+                inside = x >= lo && x < hi;
+            } else if (inside && std::strncmp(line, "VmFlags:", 8) == 0) {
+                flags = line + 8;
+                break;
+            }
+        }
+        std::fclose(f);
+        return flags;
+    };
+    {  // where madvise's flags do not show (qemu-user, which runs the arm64 tests, drops the call)
+        void* probe = ::mmap(nullptr, size_t{4} << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ASSERT_NE(probe, MAP_FAILED);
+        ::madvise(probe, size_t{4} << 20, MADV_HUGEPAGE);
+        const bool shown = flags_at(probe).find(" hg") != std::string::npos;
+        ::munmap(probe, size_t{4} << 20);
+        if (!shown) GTEST_SKIP() << "madvise(MADV_HUGEPAGE) does not show in /proc/self/smaps here";
+    }
+    EXPECT_NE(flags_at(base).find(" hg"), std::string::npos) << flags_at(base);
+    EXPECT_NE(flags_at(base + kBytes - 1).find(" nh"), std::string::npos) << flags_at(base + kBytes - 1);
+#endif
 }
 
 TEST(CpuBackendBasics, ReportsItselfAndRejectsUnsupported) {
