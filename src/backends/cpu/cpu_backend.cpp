@@ -25,8 +25,11 @@ namespace {
 // Host memory aligned for the widest SIMD loads. Buffers of 2 MiB and more (the KV cache's layers,
 // the compute arena) are backed by transparent huge pages where Linux has them: generation reads
 // the whole KV cache once per token, and in 4 KiB pages every page of it was a TLB miss and a stop
-// for the hardware prefetchers. 1b Q4_0 tg32 at depth 4096 (kiln-bench --profile, AMX Xeon, 3
-// alternated pairs): attention 4390-4510 -> 3430-3580 us a token, 44.6-45.3 -> 46.1-47.9 t/s.
+// for the hardware prefetchers. Without the madvise the KV cache stayed in 4 KiB pages (smaps:
+// the process's AnonHugePages were the packed weights' alone). 1b Q4_0 tg32 at depth 4096
+// (kiln-bench --profile, AMX Xeon, 2026-12-05, alternated runs): attention 3650-4510 -> 3360-3580
+// us a token (0.79-0.93 x the time over 8 pairs), 44.6-48.6 -> 46.1-48.8 t/s (1.00-1.06 x);
+// prompts (pp128 / pp512, Q4_0 / Q8_0 / F16) unchanged.
 class HostBuffer final : public Buffer {
 public:
     explicit HostBuffer(size_t bytes) : size_(bytes) {
