@@ -459,10 +459,11 @@ inline __m512 exp16_coarse(__m512 x) {
 // written too, as the zero it is; else fp16); returns the sum of the unrounded values. The coarse
 // exp's 3e-5 lies well below either format's rounding (2^-9, 2^-11).
 template <bool kBf16>
-float exp_row_half(const float* s, int64_t n, float m, uint16_t* p) {
+float exp_row_half(const float* s, int64_t n, float m, uint16_t* p, const uint8_t* pf) {
     __m512 sum = _mm512_setzero_ps();
     const __m512 vm = _mm512_set1_ps(m);
     for (int64_t j = 0; j < n; j += 16) {
+        if (pf) prefetch_l2(pf + 4 * j);  // a line per 16 values
         const __mmask16 k = tail_mask(n - j);
         const __m512 e = _mm512_maskz_mov_ps(k, exp16_coarse(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm)));
         sum = _mm512_add_ps(sum, e);

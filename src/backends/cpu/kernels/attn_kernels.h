@@ -140,8 +140,9 @@ using AttnBf16PairsFn = void (*)(Type t, const uint8_t* src, size_t stride, int6
                                  int64_t ld);
 // exp_row for the BF16 path: p[j] = exp(s[j] - m) rounded to BF16 for j < n, and p[n] = 0 when
 // n is odd (the last pair's partner); returns the sum of the unrounded values. s is not written.
-// The exp need only be accurate to well below BF16's 2^-9.
-using AttnExpRowBf16Fn = float (*)(const float* s, int64_t n, float m, uint16_t* p);
+// The exp need only be accurate to well below BF16's 2^-9. pf (may be null): one cache line per 16
+// values, pf, pf + 64, ..., asked for into L2 meanwhile (generation's softmax, ops_attention.cpp).
+using AttnExpRowBf16Fn = float (*)(const float* s, int64_t n, float m, uint16_t* p, const uint8_t* pf);
 
 // FP16 products (fast precision, CPUs with AVX512-FP16, whose vfmadd231ph does 32 multiply-adds at
 // the F32 FMA's rate), for F16 K panels and V rows read as stored:
@@ -158,8 +159,8 @@ using AttnGemmF16Fn = void (*)(int64_t M, int64_t N, int64_t K, const uint16_t* 
                                size_t b_stride, int64_t b_cols, float* C, int64_t ldc, const float* beta,
                                const float* a_scale, const AttnPrefetch* pf);
 // exp_row for the FP16 path: p[j] = exp(s[j] - m) rounded to fp16 for j < n; returns the sum of
-// the unrounded values. s is not written. (Same signature as AttnExpRowBf16Fn.)
-using AttnExpRowF16Fn = float (*)(const float* s, int64_t n, float m, uint16_t* p);
+// the unrounded values. s is not written; pf as for AttnExpRowBf16Fn (the same signature).
+using AttnExpRowF16Fn = float (*)(const float* s, int64_t n, float m, uint16_t* p, const uint8_t* pf);
 
 struct AttnKernels {
     AttnGemmFn gemm = nullptr;
