@@ -28,7 +28,7 @@ namespace {
 // for the hardware prefetchers. Without the madvise the KV cache stayed in 4 KiB pages (smaps:
 // the process's AnonHugePages were the packed weights' alone). 1b Q4_0 tg32 at depth 4096
 // (kiln-bench --profile, AMX Xeon, 2026-12-05, alternated runs): attention 3650-4510 -> 3360-3580
-// us a token (0.79-0.93 x the time over 8 pairs), 44.6-48.6 -> 46.1-48.8 t/s (1.00-1.06 x);
+// us a token (0.79-0.93 x the time over 8 pairs), t/s 0.98-1.10 x (median 1.03, 12 pairs);
 // prompts (pp128 / pp512, Q4_0 / Q8_0 / F16) unchanged.
 class HostBuffer final : public Buffer {
 public:
