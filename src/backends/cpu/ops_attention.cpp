@@ -227,12 +227,17 @@ AttnPlan make_plan(const Tensor& t, int nth) {
 // depth 4096 read its 88 MiB at 17-19 GiB/s where a plain read of the same blocks took 25.5; with
 // the near and far requests the op took 0.94-0.95 x the time (1b Q4_0, tg32 @ d4096, layers
 // alternating between the two in one process, 3 runs).
+// Whole rows of `stride` bytes ahead, at least one and about `bytes`: a request this far lands on a
+// row of the same head however the rows are strided.
+size_t rows_ahead(size_t bytes, size_t stride) { return std::max<size_t>(1, bytes / stride) * stride; }
+
+// Whether product_prefetch makes the products' own requests (rather than asking for the next block).
+bool products_request_own_stream(const WeightsPrefetch& wp) { return wp.near_l1 && !wp.far_all_levels; }
+
 AttnPrefetch product_prefetch(const WeightsPrefetch& wp, const uint8_t* b, size_t stride, int64_t rows, size_t row_bytes,
                               const AttnPrefetch& next) {
-    if (!wp.near_l1 || wp.far_all_levels || stride == 0) return next;
-    // whole rows ahead, so that each request lands on a row of this head however the rows are strided
-    const auto ahead = [&](size_t bytes) { return std::max<size_t>(1, bytes / stride) * stride; };
-    const size_t far = ahead(wp.far_bytes), near = std::min(ahead(kPrefetchL1Bytes), far - stride);
+    if (!products_request_own_stream(wp) || stride == 0) return next;
+    const size_t far = rows_ahead(wp.far_bytes, stride), near = std::min(rows_ahead(kPrefetchL1Bytes, stride), far - stride);
     return AttnPrefetch{.first = b + far, .stride = stride, .rows = rows, .row_bytes = row_bytes, .l1_back = far - near};
 }
 
@@ -622,8 +627,8 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             // lines 1.03-1.04 x, 8 KiB in bursts between the rows 0.96-0.99 x of none.
             bool any_row = false;
             const uint8_t* softmax_pf = nullptr;
-            if (blocks == Products::F16 && v_direct && p.wp.near_l1 && !p.wp.far_all_levels && nk == bk && Mb <= kSoftmaxRun) {
-                const size_t far = std::max<size_t>(1, p.wp.far_bytes / v.nb[2]) * v.nb[2];  // as product_prefetch
+            if (blocks == Products::F16 && v_direct && products_request_own_stream(p.wp) && nk == bk && Mb <= kSoftmaxRun) {
+                const size_t far = rows_ahead(p.wp.far_bytes, v.nb[2]);  // where product_prefetch's far requests start
                 const size_t bytes = static_cast<size_t>(Mb) * ((nk + 15) / 16) * 64;  // softmax_rows' extent
                 if (far + bytes <= static_cast<size_t>(nk) * v.nb[2]) softmax_pf = v.row(hk, c0) + far;
             }
