@@ -285,6 +285,19 @@ inline void compiler_fence() {
 // 0.97-0.977 / 0.987 / 0.994-0.998; Q6_K, near 3.3 KiB, best at 6 KiB, 6.5-8 KiB 1.02-1.05; q4_0
 // and q8_0, near 4 KiB, best at 6 KiB: 7 KiB 1.003 / 1.017, 5 KiB 1.15 / 1.03).
 inline constexpr size_t kFarPastNearBytes = 2560;
+// How far ahead the generation tiles that ask for one line near and one far at each line step
+// (Intel: tile_q4_K_gen_lines, tile_q6_K_gen_lines and q8_0's add_blocks) make their requests:
+// near (into L1) 7 KiB, far (into L2) 10 KiB. These had been tuned one distance at a time with
+// the other held (near 5 / far 7 KiB, Q6_K 4.3 / 6.8); moving both out together gained. AMX
+// Xeon, 2026-12-05, bench_gemm <type>/M:1/precise:1/dram:1 (one thread, 512 MiB), 3 alternated
+// rounds, GB/s at near / far 5 / 7, 6 / 9, 7 / 9, 7 / 10, 7.5 / 10.5, 8 / 12, 9 / 13 KiB: Q4_K
+// 15.9-16.6 / 16.6-17.0 / 16.5-17.3 / 17.1-17.8 / 16.2-16.8 / 14.5-15.4 / 14.8-15.7; Q6_K
+// 15.2-15.6 / 15.6-15.8 / 15.6-16.0 / 15.5-15.9 (4.3 / 6.9: 14.4-15.1); q8_0 (4 / 7) 17.1-18.2,
+// 7 / 10 17.8-18.3. kiln-bench tg32 with --profile, 3 alternated pairs: the 1b Q4_K_M model's
+// gate / up products (Q4_K) 30.1-30.6 -> 32.0-33.6 GiB/s, its logits (Q6_K) 29.7-30.2 -> 30.4-32.2,
+// the token 0.94-0.97 x the time; the 1b Q8_0 model's 0.985-0.99 x. q4_0's tile (288-byte blocks)
+// gained nothing from 6 / 9 or 7 / 9 KiB (1b Q4_0, 3 alternated triples) and keeps 5 / 7.
+inline constexpr size_t kLineNearBytes = 7168, kLineFarBytes = 10240;
 template <size_t kBytes, int kParts, size_t kL1Ahead = kPrefetchL1Bytes>
 inline void prefetch_weights_part(const WeightsPrefetch& wp, const uint8_t* p, int part) {
     constexpr size_t kChunk = (kBytes + kParts * 64 - 1) / (kParts * 64) * 64;

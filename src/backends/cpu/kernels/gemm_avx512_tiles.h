@@ -76,13 +76,13 @@ __attribute__((always_inline)) inline void add_blocks(const WeightsPrefetch& wp,
         if (kQ4 || NC > 2 || wp.q8_0_gen) prefetch_weights<NB * L::kBlockBytes>(wp, blk);
     }
     const bool spread = kSpread && (kQ4 || wp.q8_0_gen) && wp.near_l1;
-    // The spread requests run 1 KiB further than WeightsPrefetch's (Intel: far 7 KiB), q4_0's near
-    // ones too (5 KiB). q8_0: far 7 KiB 0.981-0.987 x the time of 6, 8 KiB 1.046, near 5 KiB with
-    // far 8 1.00; q4_0 (a block at a time): near 5 / far 7 KiB 0.957-0.964 x the time of 4 / 6,
-    // 6 / 8 KiB 0.995-0.997 of 5 / 7 (kept the nearer); in pairs far 5 KiB 1.047, 7 KiB 1.005-1.008,
-    // near 3 KiB 1.011-1.015.
-    constexpr size_t kNear = kQ4 ? kPrefetchL1Bytes + 1024 : kPrefetchL1Bytes;
-    const uint8_t* far = blk + std::max(wp.far_bytes, kPrefetchL1Bytes + 1024) + 1024;
+    // q4_0's spread requests run 1 KiB further than WeightsPrefetch's (Intel: near 5, far 7 KiB);
+    // q8_0's near 7 / far 10 KiB (gemm.h, kLineNearBytes). Before that, q8_0: far 7 KiB
+    // 0.981-0.987 x the time of 6, 8 KiB 1.046, near 5 KiB with far 8 1.00; q4_0 (a block at a
+    // time): near 5 / far 7 KiB 0.957-0.964 x the time of 4 / 6, 6 / 8 KiB 0.995-0.997 of 5 / 7
+    // (kept the nearer); in pairs far 5 KiB 1.047, 7 KiB 1.005-1.008, near 3 KiB 1.011-1.015.
+    constexpr size_t kNear = kQ4 ? kPrefetchL1Bytes + 1024 : kLineNearBytes;
+    const uint8_t* far = blk + (kQ4 ? std::max(wp.far_bytes, kPrefetchL1Bytes + 1024) + 1024 : std::max(wp.far_bytes, kLineFarBytes));
     // sum[i][j]: block i, row j; starts from the block's offset correction.
     __m512i sum[NB][NC];
 #pragma GCC unroll 2

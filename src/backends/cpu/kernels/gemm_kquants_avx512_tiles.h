@@ -314,10 +314,11 @@ template <int NC, int P>
 void tile_q4_K_gen_lines(const WeightsPrefetch& wp, const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     static_assert(NC <= 2);
     constexpr int NO = NC / P;
-    // q4_0's distances (near 5, far 7 KiB): 0.989-0.990 x the time of 5.5 / 8 KiB (the old
-    // tile's); near 4.5 / far 6.5 KiB 1.013, 5 / 6 KiB 1.035 x that of 5 / 7 (both orders each).
-    constexpr size_t kNear = kPrefetchL1Bytes + 1024;
-    const size_t far_off = std::max(wp.far_bytes, kNear) + 1024;
+    // Near 7, far 10 KiB (gemm.h, kLineNearBytes). Before: q4_0's distances (near 5, far 7 KiB)
+    // 0.989-0.990 x the time of 5.5 / 8 KiB (the old tile's); near 4.5 / far 6.5 KiB 1.013, 5 / 6
+    // KiB 1.035 x that of 5 / 7 (both orders each).
+    constexpr size_t kNear = kLineNearBytes;
+    const size_t far_off = std::max(wp.far_bytes, kLineFarBytes);
     constexpr size_t kQsLine = offsetof(block_q4_Kx16, qs) / 64;  // lines before the quants
     static_assert(offsetof(block_q4_Kx16, qs) % 64 == 0 && kQsLine <= 8);
     __m512 acc[NO], accm[NO];
@@ -494,10 +495,10 @@ void tile_q6_K_gen_lines(const WeightsPrefetch& wp, const uint8_t* wg, int64_t n
     static_assert(NC <= 2);
     constexpr int NO = NC / P;
     constexpr int kLines = (sizeof(block_q6_Kx16) + 63) / 64;
-    // tile_q6_K_gen's distances (near 4.3, far 6.8 KiB); q4_0's (5 / 7 KiB) measured alike (1.006 /
-    // 0.998 x the time, both orders).
-    constexpr size_t kNear = kL1AheadBytes<sizeof(block_q6_Kx16)> + 1024;
-    const size_t far_off = std::max(wp.far_bytes, kNear + kFarPastNearBytes);
+    // Near 7, far 10 KiB (gemm.h, kLineNearBytes). Before: tile_q6_K_gen's distances (near 4.3, far
+    // 6.8 KiB); q4_0's (5 / 7 KiB) measured alike (1.006 / 0.998 x the time, both orders).
+    constexpr size_t kNear = kLineNearBytes;
+    const size_t far_off = std::max(wp.far_bytes, kLineFarBytes);
     __m512 acc[NO];
 #pragma GCC unroll 2
     for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
