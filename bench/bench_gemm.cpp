@@ -127,6 +127,33 @@ BENCHMARK_CAPTURE(BM_PackedGemmL2, f16, Type::F16)->Apply(l2_args);
 BENCHMARK_CAPTURE(BM_PackedGemmL2, q4_K, Type::Q4_K)->Apply(l2_args);
 BENCHMARK_CAPTURE(BM_PackedGemmL2, q6_K, Type::Q6_K)->Apply(l2_args);
 
+// Quantizing one activation row into its tile (what a product of one row, generation, does first
+// on one thread while the others wait): K = 2048 (q, k, v, gate, up) and 5632 (the 1b model's down).
+void BM_QuantizeAct(benchmark::State& state, Type t) {
+    const int64_t K = state.range(0);
+    const bool precise = state.range(1) != 0;
+    const kiln::cpu::PackedPlan plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t), K, precise, 1);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(K);
+    for (auto& v : x) v = nd(rng);
+    std::vector<uint8_t> xq(kiln::cpu::packed_act_bytes(*kiln::cpu::packed_kernels(t), K, 1, precise));
+    for (auto _ : state) {
+        plan.k->quantize_act(x.data(), K, plan.k->offset, xq.data(), 0, plan.pairs == 2);
+        benchmark::DoNotOptimize(xq.data());
+    }
+    state.SetItemsProcessed(state.iterations() * K);
+}
+void quantize_args(benchmark::internal::Benchmark* b) {
+    b->ArgNames({"K", "precise"});
+    for (int64_t k : {2048, 5632}) {
+        for (int64_t p : {0, 1}) b->Args({k, p});
+    }
+}
+BENCHMARK_CAPTURE(BM_QuantizeAct, q4_0, Type::Q4_0)->Apply(quantize_args);
+BENCHMARK_CAPTURE(BM_QuantizeAct, q4_K, Type::Q4_K)->Apply(quantize_args);
+BENCHMARK_CAPTURE(BM_QuantizeAct, f16, Type::F16)->Apply(quantize_args);
+
 }  // namespace
 
 BENCHMARK_MAIN();
