@@ -1257,6 +1257,45 @@ TEST(MulMatPacked, ConsecutiveProductsOfOneInputMatchProductsAlone) {
     }
 }
 
+// Products of fewer activation rows than threads (generation) have each row's blocks quantized by
+// all threads, in runs of whole super-blocks (K here: 3 super-blocks, or 19 blocks of 32, whose last
+// run is short). Every thread count must give one thread's result bit for bit, and that the reference's.
+TEST(MulMatPacked, FewRowsQuantizedByAllThreadsMatchOneThread) {
+    std::mt19937 rng(15);
+    for (Type t : {Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q6_K, Type::F16}) {
+        const int64_t K = t == Type::Q4_0 || t == Type::Q8_0 ? 32 * 19 : 3 * 256, N = 32;
+        const auto wv = randn(rng, K * N);
+        const auto wq = quantize_rows(t, wv, K);
+        const auto wd = dequantize_rows(t, wq, K);
+        std::vector<uint8_t> packed(kiln::packed_size(t, K, N));
+        kiln::pack_rows(t, wq.data(), kiln::row_size(t, K), packed.data(), K, N);
+        for (int64_t M : {1, 2}) {
+            const auto xv = randn(rng, K * M);
+            for (MatmulPrecision prec : {MatmulPrecision::Fast, MatmulPrecision::Precise}) {
+                std::vector<float> first;
+                for (int nth : {1, 2, 3}) {
+                    SCOPED_TRACE(std::string(kiln::type_name(t)) + " M=" + std::to_string(M) +
+                                 (prec == MatmulPrecision::Fast ? " fast" : " precise") + " threads=" + std::to_string(nth));
+                    Harness h(nth, prec);
+                    Tensor* w = h.g.leaf(t, {K, N, 1, 1}, "w", h.hold_copy(packed));
+                    w->layout = kiln::Layout::Packed16;
+                    Tensor* out = h.g.mul_mat(w, h.f32({K, M, 1, 1}, xv), "mm");
+                    h.compute();
+                    const auto got = read(out);
+                    if (nth == 1) {
+                        // (packed F16's fast products take BF16 activations)
+                        const Tol tol = matmul_tol(t == Type::F16 ? Type::BF16 : kiln::cpu::kernels(t).vec_dot_type);
+                        EXPECT_LE(matmul_error(got, wd, xv, K, N, M).value(), prec == MatmulPrecision::Fast ? tol.fast : tol.precise);
+                        first = got;
+                    } else {
+                        EXPECT_EQ(0, std::memcmp(first.data(), got.data(), got.size() * sizeof(float)));
+                    }
+                }
+            }
+        }
+    }
+}
+
 // What a thread asks for while it waits before a product (CpuBackend::compute, IdlePrefetch): in
 // generation the first weights of its own region of the product's groups (the work regions split
 // a group of products as one index space), up to the byte budget, across products of a group;
