@@ -218,6 +218,13 @@ AttnPlan make_plan(const Tensor& t, int nth) {
     return p;
 }
 
+// Whole rows of `stride` bytes ahead, at least one and about `bytes`: a request this far lands on a
+// row of the same head however the rows are strided.
+size_t rows_ahead(size_t bytes, size_t stride) { return std::max<size_t>(1, bytes / stride) * stride; }
+
+// Whether product_prefetch makes the products' own requests (rather than asking for the next block).
+bool products_request_own_stream(const WeightsPrefetch& wp) { return wp.near_l1 && !wp.far_all_levels; }
+
 // The requests a product of few rows (generation) makes while it reads its B rows (row i at
 // b + i * stride): on CPUs whose weight tiles make near requests (Intel, kernels/gemm.h
 // weights_prefetch) its own stream further on, rows about 4 KiB ahead into L1 and 6 KiB into L2 as
@@ -227,13 +234,6 @@ AttnPlan make_plan(const Tensor& t, int nth) {
 // depth 4096 read its 88 MiB at 17-19 GiB/s where a plain read of the same blocks took 25.5; with
 // the near and far requests the op took 0.94-0.95 x the time (1b Q4_0, tg32 @ d4096, layers
 // alternating between the two in one process, 3 runs).
-// Whole rows of `stride` bytes ahead, at least one and about `bytes`: a request this far lands on a
-// row of the same head however the rows are strided.
-size_t rows_ahead(size_t bytes, size_t stride) { return std::max<size_t>(1, bytes / stride) * stride; }
-
-// Whether product_prefetch makes the products' own requests (rather than asking for the next block).
-bool products_request_own_stream(const WeightsPrefetch& wp) { return wp.near_l1 && !wp.far_all_levels; }
-
 AttnPrefetch product_prefetch(const WeightsPrefetch& wp, const uint8_t* b, size_t stride, int64_t rows, size_t row_bytes,
                               const AttnPrefetch& next) {
     if (!products_request_own_stream(wp) || stride == 0) return next;
