@@ -346,6 +346,8 @@ void k_block_bf16(const Tensor& k, const AttnPlan& p, const AttnKernels& kern, i
 // exp_row_bf16 or exp_row_f16; row i at pb + i * ldpb, nk rounded up to even: BF16 pairs) instead of
 // over s. Returns bit i set where row i saw a key.
 constexpr int64_t kSoftmaxRun = 16;  // softmax_rows' most rows (bits of its result)
+// Bytes of the lines the exp pass asks for per row of nk scores (exp_row_f16's pf: a line per 16).
+constexpr size_t softmax_request_bytes(int64_t nk) { return static_cast<size_t>((nk + 15) / 16) * 64; }
 template <class RowMask>
 uint32_t softmax_rows(const AttnKernels& kern, int64_t nr, float* s, int64_t lds, RowMask row_mask, int64_t nk, float softcap,
                       float* mx, float* sum, float* corr, uint16_t* pb, int64_t ldpb, AttnExpRowF16Fn exp_half,
@@ -371,7 +373,7 @@ uint32_t softmax_rows(const AttnKernels& kern, int64_t nr, float* s, int64_t lds
         if (!(seen >> i & 1u)) continue;
         float* row = s + i * lds;
         mx[i] = m_new[i];
-        const uint8_t* row_pf = pf ? pf + i * ((nk + 15) / 16) * 64 : nullptr;  // exp_half's line per 16 values
+        const uint8_t* row_pf = pf ? pf + i * softmax_request_bytes(nk) : nullptr;
         sum[i] = sum[i] * corr[i] + (pb ? exp_half(row, nk, m_new[i], pb + i * ldpb, row_pf) : kern.exp_row(row, nk, m_new[i]));
     }
     return seen;
@@ -629,7 +631,7 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             const uint8_t* softmax_pf = nullptr;
             if (blocks == Products::F16 && v_direct && products_request_own_stream(p.wp) && nk == bk && Mb <= kSoftmaxRun) {
                 const size_t far = rows_ahead(p.wp.far_bytes, v.nb[2]);  // where product_prefetch's far requests start
-                const size_t bytes = static_cast<size_t>(Mb) * ((nk + 15) / 16) * 64;  // softmax_rows' extent
+                const size_t bytes = static_cast<size_t>(Mb) * softmax_request_bytes(nk);  // softmax_rows' extent
                 if (far + bytes <= static_cast<size_t>(nk) * v.nb[2]) softmax_pf = v.row(hk, c0) + far;
             }
             for (int64_t rc = r0; rc < r0 + Mb; rc += kSoftmaxRun) {
