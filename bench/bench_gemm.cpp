@@ -3,6 +3,9 @@
 // 128 = a prompt ubatch) on a 2048 x 5632 matrix (the 1.1B model's FFN). With dram:1 the
 // iterations cycle over copies of the matrix (512 MiB in all), so the weights stream from
 // memory as in generation, not from the last-level cache.
+// BM_PackedGemmDown streams generation's other shape from memory: K = 5632 (the FFN's down
+// product, 2048 rows), whose activation row (22 KiB of lines in the q8 tiles, 22 KiB of floats
+// in F16's) no longer stays in L1 beside a weight group.
 // BM_PackedGemmL2 runs generation's shapes on a 2048 x 256 matrix that stays in L2 (about
 // 300 KiB for the 4-bit types): the kernels' own arithmetic rate, with no cache level behind
 // it (the 2048 x 5632 one streams from L3, which on a Zen 4 core reads at about the rate the
@@ -30,8 +33,8 @@ namespace {
 
 using kiln::Type;
 
-void run_packed_gemm(benchmark::State& state, Type t, int64_t N) {
-    const int64_t K = 2048, M = state.range(0);
+void run_packed_gemm(benchmark::State& state, Type t, int64_t N, int64_t K = 2048) {
+    const int64_t M = state.range(0);
     const bool precise = state.range(1) != 0;
     const bool dram = state.range(2) != 0;
     std::mt19937 rng(1);
@@ -126,6 +129,18 @@ BENCHMARK_CAPTURE(BM_PackedGemmL2, q8_0, Type::Q8_0)->Apply(l2_args);
 BENCHMARK_CAPTURE(BM_PackedGemmL2, f16, Type::F16)->Apply(l2_args);
 BENCHMARK_CAPTURE(BM_PackedGemmL2, q4_K, Type::Q4_K)->Apply(l2_args);
 BENCHMARK_CAPTURE(BM_PackedGemmL2, q6_K, Type::Q6_K)->Apply(l2_args);
+
+// Generation's down-product shape (K = 5632, 2048 rows) streamed from memory.
+void BM_PackedGemmDown(benchmark::State& state, Type t) { run_packed_gemm(state, t, 2048, 5632); }
+void down_args(benchmark::internal::Benchmark* b) {
+    b->ArgNames({"M", "precise", "dram"});
+    b->Args({1, 1, 1});
+}
+BENCHMARK_CAPTURE(BM_PackedGemmDown, q4_0, Type::Q4_0)->Apply(down_args);
+BENCHMARK_CAPTURE(BM_PackedGemmDown, q8_0, Type::Q8_0)->Apply(down_args);
+BENCHMARK_CAPTURE(BM_PackedGemmDown, f16, Type::F16)->Apply(down_args);
+BENCHMARK_CAPTURE(BM_PackedGemmDown, q4_K, Type::Q4_K)->Apply(down_args);
+BENCHMARK_CAPTURE(BM_PackedGemmDown, q6_K, Type::Q6_K)->Apply(down_args);
 
 // Quantizing one activation row into its tile (what a product of one row, generation, does first
 // on one thread while the others wait): K = 2048 (q, k, v, gate, up) and 5632 (the 1b model's down).

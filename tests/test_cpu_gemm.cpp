@@ -222,7 +222,9 @@ TEST_P(PackedGemm, ActivationQuantizationIsIdenticalAcrossIsas) {
     const int64_t K = 512;
     const std::vector<float> x = make_acts(K, 1, 5);
     for (auto [precise, coarse] : {std::pair{false, false}, {true, false}, {false, true}}) {
-        const int64_t rows = coarse ? 9 : 1;
+        // (not one row: a lone row may take kernels of a layout of its own, PackedKernels::single,
+        // which the AVX-512 F32 kernels have and the scalar mirror has not; they copy the row as it is)
+        const int64_t rows = coarse ? 9 : 2;
         for (Isa isa : packed_isas(t)) {
             const auto plan_s = kiln::cpu::packed_plan(scalar_mirror(t, isa), K, precise, rows, coarse);
             const size_t tb = plan_s.tile_bytes;

@@ -116,7 +116,11 @@ struct PackedKernels {
     // The same for precise mode's residual pairs (pairs == 2), which the BF16 tiles do not take:
     // the AMX int8 kernels, or null (these kernels).
     const PackedKernels* batch_pairs = nullptr;
-    // Activation rows per tile (kActTile, or kMatrixTileRows for the AMX int8 kernels).
+    // Kernels for a single activation row (rows x pairs == 1: generation), where they differ:
+    // the F32 tiles' kernels then take the row as K contiguous floats (tile_rows 1; see
+    // gemm_float_avx512.cpp, gemm_precise_row). Null: these kernels.
+    const PackedKernels* single = nullptr;
+    // Activation rows per tile (kActTile, kMatrixTileRows for the AMX int8 kernels, 1 for single).
     int tile_rows = kActTile;
     // Per-thread scratch the gemm needs for K-element rows (GemmTask::scratch); null: none.
     size_t (*gemm_scratch_bytes)(int64_t K) = nullptr;
@@ -149,6 +153,7 @@ inline PackedPlan packed_plan(const PackedKernels& pk, int64_t K, bool precise, 
     const PackedKernels* k = precise && pk.precise ? pk.precise : &pk;
     const int pairs = precise && !pk.precise ? 2 : 1;
     if (coarse && !precise && k->coarse && rows > kActTile) k = k->coarse;
+    if (k->single && rows * pairs == 1) k = k->single;
     if (const PackedKernels* b = pairs == 2 ? k->batch_pairs : k->batch; b && rows * pairs >= kMatrixUnitMinRows) k = b;
     return {.k = k, .pairs = pairs, .tile_bytes = k->tile_bytes ? k->tile_bytes(K) : act_tile_bytes(K), .tile_rows = k->tile_rows};
 }

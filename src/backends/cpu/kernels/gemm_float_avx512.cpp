@@ -103,7 +103,8 @@ inline void prefetch_line_at_step(const WeightsPrefetch& wp, const uint8_t* wb, 
 }
 
 // The same tiles ask for the lines of their activation rows (NC of them, 2 lines each per block)
-// into L1, kActAhead blocks (4 KiB of weights) ahead, one line every 8 / NC steps. An F32 tile's
+// into L1, kActAhead blocks (4 KiB of weights) ahead, one line every 8 / NC steps (kXBlock: the
+// bytes from a block's activations to the next, kF32RowBytes for gemm_precise_row's). An F32 tile's
 // blocks lie 1 KiB apart, so a row's lines fall into 8 of L1's 64 sets, and the weights streaming
 // through between two uses of a line (16 KiB a block column, 176 KiB a group at K = 5632) evict it:
 // without the requests each block's first loads waited on L2. Measured on the AMX Xeon, 1b F16
@@ -112,12 +113,12 @@ inline void prefetch_line_at_step(const WeightsPrefetch& wp, const uint8_t* wb, 
 // by a line (1088 bytes: all 64 sets) 16.9-17.0 t/s alone and 17.1-17.4 with the requests. On AMD
 // (no float-weight requests, WeightsPrefetch::float_weights) not made: not measured there.
 constexpr int64_t kActAhead = 4;
-template <int NC>
+template <int NC, size_t kXBlock>
 inline void prefetch_act_line_at_step(const WeightsPrefetch& wp, const uint8_t* xb, int i) {
     constexpr int kEvery = 8 / NC;
     if (!wp.float_weights || i % kEvery != 0) return;
     const int l = i / kEvery;  // the l-th of the block's 2 NC lines: row l / 2, line l % 2
-    prefetch_l1(xb + kActAhead * kF32BlockBytes + (l / 2) * kF32RowBytes + 64 * (l % 2));
+    prefetch_l1(xb + kActAhead * kXBlock + (l / 2) * kF32RowBytes + 64 * (l % 2));
 }
 
 // ---- fast (BF16) ----
@@ -429,8 +430,9 @@ inline void widen(const uint8_t* p, __m512& a, __m512& b) {
 }
 
 // One group x NC rows of an F32 tile; S independent accumulator sets (chunks alternate
-// between them) so that a single row's FMA chain does not wait on latency.
-template <Type T, int NC, int S>
+// between them) so that a single row's FMA chain does not wait on latency. kXBlock: the bytes
+// from a block's activations to the next (kF32BlockBytes in a tile, kF32RowBytes in a lone row).
+template <Type T, int NC, int S, size_t kXBlock = kF32BlockBytes>
 void precise_tile(const uint8_t* w, int64_t nblk, const uint8_t* xt, float* y, int64_t y_stride) {
     __m512 a[S][NC], b[S][NC];
 #pragma GCC unroll 2
@@ -442,12 +444,12 @@ void precise_tile(const uint8_t* w, int64_t nblk, const uint8_t* xt, float* y, i
 #pragma GCC unroll 1
     for (int64_t blk = 0; blk < nblk; ++blk) {
         const uint8_t* wb = w + blk * kWBlockBytes;
-        const uint8_t* xb = xt + blk * kF32BlockBytes;
+        const uint8_t* xb = xt + blk * kXBlock;
 #pragma GCC unroll 16
         for (int i = 0; i < kPackCols16 / 2; ++i) {
             if constexpr (NC <= 2) {
                 prefetch_line_at_step(wp, wb, i);
-                prefetch_act_line_at_step<NC>(wp, xb, i);
+                prefetch_act_line_at_step<NC, kXBlock>(wp, xb, i);
             }
             const int s = i % S;
             __m512 wa, wb2;
@@ -502,18 +504,47 @@ void gemm_precise(const GemmTask& t) {
     }
 }
 
-constexpr PackedKernels kF16Precise{.offset = 0, .quantize_act = act_f32, .gemm = gemm_precise<Type::F16>, .tile_bytes = f32_tile_bytes};
+// A single activation row (generation) as K contiguous floats, not column 0 of an F32 tile: there
+// the row has 2 of each 1 KiB block's 16 lines, all of them in 8 of L1's 64 sets, and the weights
+// streaming between two uses of a line (16 KiB a block column, 176 KiB a group at K = 5632) evict
+// it; contiguous, its lines spread over all the sets. bench_gemm f16 M:1 precise, one thread from
+// memory, 3 alternated pairs (AMX Xeon, 2026-12-05): K = 5632 (PackedGemmDown) 12.9-14.8 ->
+// 16.5-17.5 GB/s, K = 2048 15.6-17.1 -> 16.0-16.7. 1b F16 tg16 (kiln-bench --profile, 3 alternated
+// pairs of builds): ffn_down 0.87-0.89 x the time, the token 0.93-0.95 x (15.6-15.7 -> 16.5-16.7
+// t/s). In ab_builds (both builds in one process, token by token) the two measured alike, the old
+// one already at 16.3-16.5 t/s there: how much the tile's 8 sets cost depends on where the scratch
+// and the weights fall, which the contiguous row does not.
+void act_f32_row(const float* x, int64_t K, int32_t, uint8_t* tile, int, bool) { std::memcpy(tile, x, static_cast<size_t>(K) * sizeof(float)); }
+size_t f32_row_bytes(int64_t K) { return static_cast<size_t>(K) * sizeof(float); }
+template <Type T>
+void gemm_precise_row(const GemmTask& t) {
+    const int64_t nb = t.K / kPackCols16;
+    for (int64_t g = 0; g < t.n_groups; ++g) {
+        for (int64_t m = 0; m < t.M; ++m) {  // (one row: packed_plan takes these for rows x pairs == 1)
+            precise_tile<T, 1, 2, kF32RowBytes>(t.w + g * t.w_group_bytes, nb, t.x + m * f32_row_bytes(t.K), t.y + m * t.y_stride + g * kPackRows,
+                                                t.y_stride);
+        }
+    }
+}
+constexpr PackedKernels kF16PreciseRow{.offset = 0, .quantize_act = act_f32_row, .gemm = gemm_precise_row<Type::F16>, .tile_bytes = f32_row_bytes,
+                                       .tile_rows = 1};
+constexpr PackedKernels kBF16PreciseRow{.offset = 0, .quantize_act = act_f32_row, .gemm = gemm_precise_row<Type::BF16>, .tile_bytes = f32_row_bytes,
+                                        .tile_rows = 1};
+
+constexpr PackedKernels kF16Precise{.offset = 0, .quantize_act = act_f32, .gemm = gemm_precise<Type::F16>, .tile_bytes = f32_tile_bytes,
+                                    .single = &kF16PreciseRow};
 constexpr PackedKernels kF16{.offset = 0, .quantize_act = act_bf16, .gemm = gemm_fast<Type::F16>, .tile_bytes = bf16_tile_bytes,
                              .precise = &kF16Precise};
-constexpr PackedKernels kBF16Precise{.offset = 0, .quantize_act = act_f32, .gemm = gemm_precise<Type::BF16>, .tile_bytes = f32_tile_bytes};
+constexpr PackedKernels kBF16Precise{.offset = 0, .quantize_act = act_f32, .gemm = gemm_precise<Type::BF16>, .tile_bytes = f32_tile_bytes,
+                                     .single = &kBF16PreciseRow};
 constexpr PackedKernels kBF16{.offset = 0, .quantize_act = act_bf16, .gemm = gemm_fast<Type::BF16>, .tile_bytes = bf16_tile_bytes,
                               .precise = &kBF16Precise};
 
 // Fast mode through F32 (the precise kernels), and F16 through Half.
 constexpr PackedKernels kF16F32{.offset = 0, .quantize_act = act_f32, .gemm = gemm_precise<Type::F16>, .tile_bytes = f32_tile_bytes,
-                                .precise = &kF16Precise};
+                                .precise = &kF16Precise, .single = &kF16PreciseRow};
 constexpr PackedKernels kBF16F32{.offset = 0, .quantize_act = act_f32, .gemm = gemm_precise<Type::BF16>, .tile_bytes = f32_tile_bytes,
-                                 .precise = &kBF16Precise};
+                                 .precise = &kBF16Precise, .single = &kBF16PreciseRow};
 #if KILN_HAVE_FP16_TARGET
 constexpr PackedKernels kF16Half{.offset = 0, .quantize_act = act_half, .gemm = gemm_half, .tile_bytes = half_tile_bytes,
                                  .precise = &kF16Precise};
