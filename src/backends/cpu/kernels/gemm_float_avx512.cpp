@@ -519,9 +519,10 @@ size_t f32_row_bytes(int64_t K) { return static_cast<size_t>(K) * sizeof(float);
 template <Type T>
 void gemm_precise_row(const GemmTask& t) {
     const int64_t nb = t.K / kPackCols16;
+    const size_t row_bytes = f32_row_bytes(t.K);
     for (int64_t g = 0; g < t.n_groups; ++g) {
         for (int64_t m = 0; m < t.M; ++m) {  // (one row: packed_plan takes these for rows x pairs == 1)
-            precise_tile<T, 1, 2, kF32RowBytes>(t.w + g * t.w_group_bytes, nb, t.x + m * f32_row_bytes(t.K), t.y + m * t.y_stride + g * kPackRows,
+            precise_tile<T, 1, 2, kF32RowBytes>(t.w + g * t.w_group_bytes, nb, t.x + m * row_bytes, t.y + m * t.y_stride + g * kPackRows,
                                                 t.y_stride);
         }
     }
