@@ -52,20 +52,27 @@ struct AttnPrefetch {
 // Walks an AttnPrefetch one row per step() (a kernel calls it once per step of its loop over K).
 class PrefetchRows {
 public:
-    explicit PrefetchRows(const AttnPrefetch* pf) : pf_(pf), row_(pf ? pf->first : nullptr), left_(pf ? pf->rows : 0) {}
+    // The fields are copied: read through pf they were reloaded at every step of the kernels'
+    // loops (the FMAs' inline asm operands keep GCC from proving them unchanged).
+    explicit PrefetchRows(const AttnPrefetch* pf)
+        : row_(pf ? pf->first : nullptr),
+          stride_(pf ? pf->stride : 0),
+          row_bytes_(pf ? pf->row_bytes : 0),
+          l1_back_(pf ? pf->l1_back : 0),
+          left_(pf ? pf->rows : 0) {}
     void step() {
         if (left_ <= 0) return;
-        for (size_t off = 0; off < pf_->row_bytes; off += 64) {
-            if (pf_->l1_back > 0) prefetch_l1(row_ + off - pf_->l1_back);
+        for (size_t off = 0; off < row_bytes_; off += 64) {
+            if (l1_back_ > 0) prefetch_l1(row_ + off - l1_back_);
             prefetch_l2(row_ + off);
         }
-        row_ += pf_->stride;
+        row_ += stride_;
         --left_;
     }
 
 private:
-    const AttnPrefetch* pf_;
     const uint8_t* row_;
+    size_t stride_, row_bytes_, l1_back_;
     int64_t left_;
 };
 
