@@ -40,7 +40,7 @@ constexpr Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon};
 // written as 0 (BF16 pairs); else nothing past n may be.
 void check_exp_row_half(float (*exp_row)(const float*, int64_t, float, uint16_t*, const uint8_t*), float (*to_float)(uint16_t),
                         double rel, double abs, bool partner) {
-    for (int64_t n : {1, 15, 16, 17, 33, 128}) {
+    for (int64_t n : {1, 15, 16, 17, 33, 48, 128, 255}) {
         std::vector<float> sv(static_cast<size_t>(n));
         for (int64_t j = 0; j < n; ++j) sv[j] = -30.0f + 33.0f * static_cast<float>(j) / static_cast<float>(n) - 0.37f;
         if (n > 3) sv[2] = -std::numeric_limits<float>::infinity();
