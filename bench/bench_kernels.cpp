@@ -227,7 +227,7 @@ void BM_attention(benchmark::State& state, std::optional<Isa> isa, int64_t n_tok
     const std::string saved = old_env ? old_env : "";
     if (isa) setenv("KILN_CPU", std::string(kiln::cpu::isa_name(*isa)).c_str(), 1);
     kiln::cpu::ThreadPool pool(n_threads);
-    std::vector<uint8_t> scratch(kiln::cpu::scratch_bytes(s.out, n_threads, false));
+    std::vector<uint8_t> scratch(kiln::cpu::scratch_bytes(s.out, n_threads, false, kiln::cpu::selected_isa()));
     std::vector<float> buf;
     for (auto _ : state) {
         if (!isa) {

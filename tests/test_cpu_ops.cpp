@@ -1237,10 +1237,10 @@ TEST(MulMatPacked, ConsecutiveProductsOfOneInputMatchProductsAlone) {
             const auto nodes = h.g.nodes();
             // The node list starts with the products (x and x2 are leaves).
             ASSERT_EQ(nodes[0], outs[0]);
-            EXPECT_EQ(3u, kiln::cpu::mul_mat_group_size(nodes, precise, false));
-            EXPECT_EQ(1u, kiln::cpu::mul_mat_group_size(nodes.subspan(3), precise, false));
-            EXPECT_EQ(2u, kiln::cpu::mul_mat_group_size(nodes.subspan(4), precise, false));
-            EXPECT_EQ(1u, kiln::cpu::mul_mat_group_size(nodes.subspan(6), precise, false));  // the add
+            EXPECT_EQ(3u, kiln::cpu::mul_mat_group_size(nodes, precise, false, kiln::cpu::selected_isa()));
+            EXPECT_EQ(1u, kiln::cpu::mul_mat_group_size(nodes.subspan(3), precise, false, kiln::cpu::selected_isa()));
+            EXPECT_EQ(2u, kiln::cpu::mul_mat_group_size(nodes.subspan(4), precise, false, kiln::cpu::selected_isa()));
+            EXPECT_EQ(1u, kiln::cpu::mul_mat_group_size(nodes.subspan(6), precise, false, kiln::cpu::selected_isa()));  // the add
             h.compute();
             for (size_t i = 0; i < outs.size(); ++i) {
                 Harness alone(nth, prec);

@@ -143,7 +143,7 @@ size_t idle_prefetch_bytes() {
 }  // namespace
 
 CpuBackend::CpuBackend(CpuBackendOptions opts)
-    : precision_(opts.matmul_precision), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores()), work_(pool_.size()),
+    : precision_(opts.matmul_precision), isa_(selected_isa()), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores()), work_(pool_.size()),
       idle_prefetch_bytes_(idle_prefetch_bytes()) {}
 
 bool CpuBackend::supports_op(const Tensor& t) const {
@@ -153,10 +153,10 @@ bool CpuBackend::supports_op(const Tensor& t) const {
             return true;
         case Op::MulMat: {
             if (t.src[0]->layout == Layout::Packed16) {
-                return packed_kernels(t.src[0]->type) && rows_f32(t.src[1]) && t.is_contiguous();
+                return packed_kernels(t.src[0]->type, isa_) && rows_f32(t.src[1]) && t.is_contiguous();
             }
             try {
-                const auto& k = kernels(t.src[0]->type);
+                const auto& k = kernels(t.src[0]->type, isa_);
                 return k.vec_dot && rows_f32(t.src[1]) && t.src[0]->ne[0] % traits(k.vec_dot_type).block_size == 0;
             } catch (const std::exception&) {
                 return false;
@@ -187,7 +187,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
     for (const Tensor* n : nodes) {
         if (n->op == Op::View || n->op == Op::None) continue;
         if (!op_fn(n->op)) throw std::runtime_error("CPU backend: op " + std::string(op_name(n->op)) + " of '" + n->name + "' is not supported");
-        need = std::max(need, scratch_bytes(*n, nth, precise(*n)));
+        need = std::max(need, scratch_bytes(*n, nth, precise(*n), isa_));
     }
     if (scratch_.size() < need) scratch_.resize(need);
     const bool coarse = precision_ == MatmulPrecision::Fast;  // the same for every node
@@ -196,7 +196,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
     std::vector<uint8_t> group(nodes.size(), 1);
     for (size_t i = 0; i < nodes.size(); ++i) {
         if (nodes[i]->op != Op::MulMat) continue;
-        const size_t g = mul_mat_group_size(nodes.subspan(i), precise(*nodes[i]), coarse);
+        const size_t g = mul_mat_group_size(nodes.subspan(i), precise(*nodes[i]), coarse, isa_);
         group[i] = static_cast<uint8_t>(g);
         for (size_t j = 1; j < g; ++j) group[i + j] = 0;
         i += g - 1;
@@ -232,6 +232,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         ctx.work = &work_;
         ctx.coarse = coarse;
         ctx.attn_f32 = precision_ == MatmulPrecision::Precise;
+        ctx.isa = isa_;
         for (size_t i = 0; i < nodes.size(); ++i) {
             const Tensor* n = nodes[i];
             const OpFn fn = op_fn(n->op);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/op_profile.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/cpu/work_regions.h"
@@ -39,6 +40,10 @@ private:
     // ComputeContext::precise for a node (MulMat, Attention) under precision_
     bool precise(const Tensor& node) const;
     MatmulPrecision precision_;
+    // The kernels' instruction set, chosen once when the backend is made (selected_isa: KILN_CPU or
+    // the best supported). Asked per call it read the environment (a scan and a string) several
+    // hundred times a token: supports_op and scratch_bytes for every node, every op's kernels.
+    Isa isa_;
     ThreadPool pool_;
     std::vector<uint8_t> scratch_;  // grows to the largest need seen
     WorkRegions work_;  // ComputeContext::work (after pool_: sized by it)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/idle_prefetch.h"
+#include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/work_regions.h"
 #include "core/tensor.h"
 
@@ -60,6 +61,8 @@ struct ComputeContext {
     WorkRegions* work = nullptr;
     RopeTable* rope = nullptr;  // this thread's, kept across the nodes of one graph; null: none
     PackedActs* acts = nullptr;  // this thread's record of the scratch; null: never reuse it
+    // The kernels' instruction set (CpuBackend: its own, chosen when it was made)
+    Isa isa = selected_isa();
 };
 
 // Rows [begin, end) of n that thread ith of nth handles.
@@ -70,7 +73,7 @@ inline void split_rows(int64_t n, int ith, int nth, int64_t& begin, int64_t& end
 }
 
 // Scratch memory a node needs, shared by all nth threads.
-size_t scratch_bytes(const Tensor& node, int nth, bool precise);
+size_t scratch_bytes(const Tensor& node, int nth, bool precise, Isa isa);
 // The Op::Attention case of scratch_bytes (ops_attention.cpp, which owns the tiling).
 size_t attention_scratch_bytes(const Tensor& node, int nth);
 
@@ -88,7 +91,7 @@ static_assert(IdlePrefetch::kMaxRanges >= kMaxMulMatGroup, "IdlePrefetch: one ra
 // first, when they stream from memory (generation); nothing otherwise. Kept as it is when idle
 // already holds this plan.
 void plan_idle_prefetch(std::span<const Tensor* const> nodes, int ith, int nth, size_t bytes, IdlePrefetch& idle);
-size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse);
+size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse, Isa isa);
 void op_mul_mat_group(std::span<const Tensor* const> nodes, ComputeContext& ctx);
 void op_add(const Tensor& t, ComputeContext& ctx);
 void op_mul(const Tensor& t, ComputeContext& ctx);

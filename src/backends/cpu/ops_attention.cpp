@@ -790,7 +790,7 @@ ItemAt item_at(const AttnPlan& p, int64_t j) {
 // still get a similar share).
 void op_attention(const Tensor& t, ComputeContext& ctx) {
     const AttnPlan p = make_plan(t, ctx.nth);
-    const AttnKernels& kern = attn_kernels(selected_isa());
+    const AttnKernels& kern = attn_kernels(ctx.isa);
     float* base = aligned_base(ctx.scratch);
     float* w = base + p.per_thread * static_cast<size_t>(ctx.ith);
     float* partials = base + p.per_thread * static_cast<size_t>(ctx.nth);

@@ -84,13 +84,13 @@ void op_scale(const Tensor& t, ComputeContext& ctx) {
 }
 
 void op_unary(const Tensor& t, ComputeContext& ctx) {
-    const ActivationKernels& k = activation_kernels();
+    const ActivationKernels& k = activation_kernels(ctx.isa);
     const auto fn = t.op == Op::Silu ? k.silu : k.gelu_tanh;
     unary_rows(t, ctx, [fn](float* o, const float* a, int64_t n) { fn(a, o, n); });
 }
 
 void op_glu(const Tensor& t, ComputeContext& ctx) {
-    const ActivationKernels& k = activation_kernels();
+    const ActivationKernels& k = activation_kernels(ctx.isa);
     const auto fn = t.op == Op::SwiGlu ? k.swiglu : k.geglu;
     binary_rows(t, ctx, [fn](float* o, const float* g, const float* u, int64_t n) { fn(g, u, o, n); });
 }

@@ -38,7 +38,7 @@ namespace {
 
 // Activations converted to the weight type's vec_dot_type live in scratch, one
 // row per activation row; F32 activations with F32 weights are used in place.
-bool needs_conversion(const Tensor& t) { return kernels(t.src[0]->type).vec_dot_type != Type::F32; }
+bool needs_conversion(const Tensor& t, Isa isa) { return kernels(t.src[0]->type, isa).vec_dot_type != Type::F32; }
 
 // Q8_1 carries each block's sum as s = fp16(d * sum(q)), which the *_1 formats use for their offset
 // term. The residual pass cannot fix the fp16 rounding of the first pass's s by itself, so its
@@ -55,18 +55,18 @@ void fix_block_sums(const float* x, const uint8_t* q1, uint8_t* q2, int64_t K) {
 
 }  // namespace
 
-size_t scratch_bytes(const Tensor& node, int nth, bool precise) {
+size_t scratch_bytes(const Tensor& node, int nth, bool precise, Isa isa) {
     switch (node.op) {
         case Op::MulMat: {
             if (node.src[0]->layout == Layout::Packed16) {
-                const PackedKernels& pk = *packed_kernels(node.src[0]->type);
+                const PackedKernels& pk = *packed_kernels(node.src[0]->type, isa);
                 const int64_t K = node.src[1]->ne[0], M = node.src[1]->nrows();
                 // The activation tiles, then (from a cache line boundary) each thread's gemm scratch.
                 const size_t per_thread = packed_gemm_scratch_bytes(pk, K, M, precise);
                 return packed_act_bytes(pk, K, M, precise) + (per_thread ? 64 + static_cast<size_t>(nth) * per_thread : 0);
             }
-            if (!needs_conversion(node)) return 0;
-            const Type vt = kernels(node.src[0]->type).vec_dot_type;
+            if (!needs_conversion(node, isa)) return 0;
+            const Type vt = kernels(node.src[0]->type, isa).vec_dot_type;
             const int64_t K = node.src[1]->ne[0];
             const size_t rows = row_size(vt, K) * static_cast<size_t>(node.src[1]->nrows());
             // precise: the residual rows too, and a float row per thread to compute residuals in
@@ -94,8 +94,8 @@ PackedActs packed_acts_of(const Tensor& t, const PackedPlan& plan) {
                       .tile_bytes = plan.tile_bytes, .pairs = plan.pairs};
 }
 
-PackedPlan plan_of(const Tensor& t, bool precise, bool coarse) {
-    return packed_plan(*packed_kernels(t.src[0]->type), t.src[0]->ne[0], precise, t.src[1]->nrows(), coarse);
+PackedPlan plan_of(const Tensor& t, bool precise, bool coarse, Isa isa) {
+    return packed_plan(*packed_kernels(t.src[0]->type, isa), t.src[0]->ne[0], precise, t.src[1]->nrows(), coarse);
 }
 
 // Weights in a packed layout: activations become q8 rows (two per row in precise mode: the
@@ -121,7 +121,7 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
     PackedPlan plan;
     for (size_t i = 0; i < n_parts; ++i) {
         const Tensor& t = *ts[i];
-        plan = plan_of(t, ctx.precise, ctx.coarse);
+        plan = plan_of(t, ctx.precise, ctx.coarse, ctx.isa);
         n_groups += t.src[0]->ne[1] / kPackRows;
         parts[i] = Part{.pk = plan.k, .w = static_cast<const uint8_t*>(t.src[0]->data), .group_bytes = row_size(t.src[0]->type, K) * kPackRows,
                         .y = static_cast<float*>(t.data), .y_stride = static_cast<int64_t>(t.nb[1] / sizeof(float)), .g_end = n_groups};
@@ -156,10 +156,10 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
     // This thread's gemm scratch (scratch_bytes: after the activations, from a cache line), the
     // largest any product of the group takes.
     size_t per_thread = 0;
-    for (size_t i = 0; i < n_parts; ++i) per_thread = std::max(per_thread, packed_gemm_scratch_bytes(*packed_kernels(ts[i]->src[0]->type), K, M, ctx.precise));
+    for (size_t i = 0; i < n_parts; ++i) per_thread = std::max(per_thread, packed_gemm_scratch_bytes(*packed_kernels(ts[i]->src[0]->type, ctx.isa), K, M, ctx.precise));
     uint8_t* gemm_scratch = nullptr;
     if (per_thread) {
-        const auto end = reinterpret_cast<uintptr_t>(ctx.scratch + packed_act_bytes(*packed_kernels(ts[0]->src[0]->type), K, M, ctx.precise));
+        const auto end = reinterpret_cast<uintptr_t>(ctx.scratch + packed_act_bytes(*packed_kernels(ts[0]->src[0]->type, ctx.isa), K, M, ctx.precise));
         gemm_scratch = reinterpret_cast<uint8_t*>((end + 63) / 64 * 64) + static_cast<size_t>(ctx.ith) * per_thread;
     }
     if (ctx.acts) *ctx.acts = acts;
@@ -199,14 +199,14 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
 
 }  // namespace
 
-size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse) {
+size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse, Isa isa) {
     auto packed = [](const Tensor& n) { return n.op == Op::MulMat && n.src[0]->layout == Layout::Packed16 && n.src[1]->nrows() > 0; };
     if (nodes.empty() || !packed(*nodes[0])) return 1;
-    const PackedActs first = packed_acts_of(*nodes[0], plan_of(*nodes[0], precise, coarse));
+    const PackedActs first = packed_acts_of(*nodes[0], plan_of(*nodes[0], precise, coarse, isa));
     size_t n = 1;
     // Each product's output must not be another's input (the shared x is none of theirs).
     while (n < nodes.size() && n < kMaxMulMatGroup && packed(*nodes[n]) && nodes[n]->src[1] == nodes[0]->src[1] &&
-           packed_acts_of(*nodes[n], plan_of(*nodes[n], precise, coarse)) == first) {
+           packed_acts_of(*nodes[n], plan_of(*nodes[n], precise, coarse, isa)) == first) {
         ++n;
     }
     return n;
@@ -257,7 +257,7 @@ void op_mul_mat(const Tensor& t, ComputeContext& ctx) {
         mul_mat_packed(one, ctx);
         return;
     }
-    const TypeKernels& k = kernels(w.type);
+    const TypeKernels& k = kernels(w.type, ctx.isa);
     const int64_t K = w.ne[0], N = w.ne[1];
     const int64_t M = x.nrows();
     const size_t xrow_bytes = row_size(k.vec_dot_type, K);
