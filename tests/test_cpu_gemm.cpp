@@ -217,10 +217,14 @@ TEST_P(PackedGemm, MatchesDoubleReferenceOnEveryIsa) {
 }
 
 // coarse: fast precision's batches (K-quants: activations scaled per super-block).
+// K: one run of 16 blocks (the AVX-512 quantizer's batches), and 4 with 8 blocks past them; one
+// block all zeros (d = 0).
 TEST_P(PackedGemm, ActivationQuantizationIsIdenticalAcrossIsas) {
     const Type t = GetParam();
-    const int64_t K = 512;
-    const std::vector<float> x = make_acts(K, 1, 5);
+    for (const int64_t K : {512, 2304}) {
+    std::vector<float> x = make_acts(K, 1, 5);
+    const int64_t zero = std::min<int64_t>(19, K / 32 - 5);
+    std::fill(x.begin() + 32 * zero, x.begin() + 32 * (zero + 1), 0.0f);
     for (auto [precise, coarse] : {std::pair{false, false}, {true, false}, {false, true}}) {
         // (not one row: a lone row may take kernels of a layout of its own, PackedKernels::single,
         // which the AVX-512 F32 kernels have and the scalar mirror has not; they copy the row as it is)
@@ -234,8 +238,9 @@ TEST_P(PackedGemm, ActivationQuantizationIsIdenticalAcrossIsas) {
             const auto plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t, isa), K, precise, rows, coarse);
             ASSERT_EQ(plan.tile_bytes, tb);
             for (int col : {0, 2, 6}) plan.k->quantize_act(x.data(), K, plan.k->offset, got.data(), col, plan.pairs == 2);
-            EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), tb)) << kiln::cpu::isa_name(isa) << " precise " << precise << " coarse " << coarse;
+            EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), tb)) << kiln::cpu::isa_name(isa) << " K " << K << " precise " << precise << " coarse " << coarse;
         }
+    }
     }
 }
 

@@ -23,6 +23,23 @@ constexpr PackedKernels kQ4_0Wide{.offset = 8, .quantize_act = detail::quantize_
 constexpr PackedKernels kQ8_0Wide{.offset = 128, .quantize_act = detail::quantize_act_as<detail::quantize_act_avx512, ActAux::Corr>, .gemm = gemm_wide<false, ShiftUnpack>};
 
 
+// Lane b of the result: the reduction (Op: max or add, of float or int32 lanes as floats' bits) of
+// the 16 lanes of v[b], for 16 vectors at once: a transposing tree of 45 shuffles and ops, where 16
+// separate reductions (hmax) take 8 ops each in a chain of 4 dependent steps.
+template <class Op>
+inline __m512 lanes_reduce16(const __m512 (&v)[16], Op op) {
+    __m512 t[8], u[4], w[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) t[i] = op(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    // t[i], each 128-bit lane: [v[2i], v[2i + 1], v[2i], v[2i + 1]] (partial)
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) u[i] = op(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44), _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
+    // u[i], each 128-bit lane: [v[4i], v[4i + 1], v[4i + 2], v[4i + 3]] over that lane's 4 elements
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i) w[i] = op(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x44), _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xEE));
+    return op(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xDD));
+}
+
 // quantize_act_avx512 for groups of NB 32-element blocks sharing one d, into tiles of kRows
 // rows (kActTile, or kMatrixTileRows for the AMX int8 kernels). Rounding as the scalar
 // reference (x * (1/d), round to nearest even), so both produce identical quants.
@@ -52,7 +69,64 @@ void quantize_act_groups(ActAux kind, const float* x, int64_t K, int32_t offset,
         }
         return d;
     };
-    for (int64_t b = 0; b < K / 32; b += NB) {
+    int64_t b = 0;
+    if constexpr (NB == 1) {
+        // 16 blocks at a time: their scales from one tree of maxima (lanes_reduce16) and one
+        // vector division each for d and 1 / d, the same values as the block-by-block code below
+        // (max is exact, vdivps rounds as divss). Block by block, each block's chain (the 4-step
+        // reduction, two dependent divisions, then the residual's the same again) left 24 ns a
+        // block for the precise pair (bench_gemm QuantizeAct, AMX Xeon).
+        alignas(64) float resid[16 * 32];
+        alignas(64) float dv[16], idv[16];
+        // Blocks src[32 i ..] (i < 16) into column c of the 16 blocks from blk0; the residuals into resid.
+        auto sixteen = [&](const float* src, uint8_t* blk0, int c, bool keep_resid) {
+            __m512 m[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i) m[i] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(src + 32 * i)), _mm512_abs_ps(_mm512_loadu_ps(src + 32 * i + 16)));
+            const __m512 d = _mm512_div_ps(lanes_reduce16(m, [](__m512 a, __m512 c2) { return _mm512_max_ps(a, c2); }), _mm512_set1_ps(127.0f));
+            _mm512_store_ps(dv, d);
+            _mm512_store_ps(idv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_set1_ps(1.0f), d));
+            const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+            __m512 sums[16];  // int32 lanes: the quants' sums (write_act_aux)
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i) {
+                uint8_t* blk = blk0 + i * kBlockBytes;
+                const __m512 id = _mm512_set1_ps(idv[i]);
+                const __m512 v0 = _mm512_loadu_ps(src + 32 * i), v1 = _mm512_loadu_ps(src + 32 * i + 16);
+                const __m512i i0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, id)), lim), nlim);
+                const __m512i i1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, id)), lim), nlim);
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c), _mm512_cvtepi32_epi8(i0));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c + 16), _mm512_cvtepi32_epi8(i1));
+                reinterpret_cast<float*>(blk + 32 * kRows)[c] = dv[i];
+                if (kind == ActAux::Q6K) {  // the two halves' sums in the low and high 16 bits
+                    sums[i] = _mm512_castsi512_ps(_mm512_add_epi32(i0, _mm512_slli_epi32(i1, 16)));
+                } else {
+                    sums[i] = _mm512_castsi512_ps(_mm512_add_epi32(i0, i1));
+                }
+                if (keep_resid) {
+                    const __m512 vd = _mm512_set1_ps(dv[i]);
+                    _mm512_store_ps(resid + 32 * i, _mm512_sub_ps(v0, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i0))));
+                    _mm512_store_ps(resid + 32 * i + 16, _mm512_sub_ps(v1, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(i1))));
+                }
+            }
+            alignas(64) int32_t sv[16];
+            _mm512_store_ps(reinterpret_cast<float*>(sv), lanes_reduce16(sums, [](__m512 a, __m512 c2) {
+                                return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(c2)));
+                            }));
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i) {
+                // Q6K: lo + 2^16 hi, each half's sum at most 16 x 127 in magnitude
+                if (kind == ActAux::Q6K) write_act_aux(blk0 + i * kBlockBytes, c, kind, offset, dv[i], static_cast<int16_t>(sv[i] & 0xFFFF), (sv[i] - static_cast<int16_t>(sv[i] & 0xFFFF)) >> 16, kRows);
+                else write_act_aux(blk0 + i * kBlockBytes, c, kind, offset, dv[i], sv[i], 0, kRows);
+            }
+        };
+        for (; b + 16 <= K / 32; b += 16) {
+            uint8_t* blk = tile + b * kBlockBytes;
+            sixteen(x + 32 * b, blk, col, with_resid);
+            if (with_resid) sixteen(resid, blk, col + 1, false);
+        }
+    }
+    for (; b < K / 32; b += NB) {
         uint8_t* blk = tile + b * kBlockBytes;
         __m512 v[2 * NB];
         __m512i q[2 * NB];
