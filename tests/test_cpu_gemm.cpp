@@ -222,25 +222,25 @@ TEST_P(PackedGemm, MatchesDoubleReferenceOnEveryIsa) {
 TEST_P(PackedGemm, ActivationQuantizationIsIdenticalAcrossIsas) {
     const Type t = GetParam();
     for (const int64_t K : {512, 2304}) {
-    std::vector<float> x = make_acts(K, 1, 5);
-    const int64_t zero = std::min<int64_t>(19, K / 32 - 5);
-    std::fill(x.begin() + 32 * zero, x.begin() + 32 * (zero + 1), 0.0f);
-    for (auto [precise, coarse] : {std::pair{false, false}, {true, false}, {false, true}}) {
-        // (not one row: a lone row may take kernels of a layout of its own, PackedKernels::single,
-        // which the AVX-512 F32 kernels have and the scalar mirror has not; they copy the row as it is)
-        const int64_t rows = coarse ? 9 : 2;
-        for (Isa isa : packed_isas(t)) {
-            const auto plan_s = kiln::cpu::packed_plan(scalar_mirror(t, isa), K, precise, rows, coarse);
-            const size_t tb = plan_s.tile_bytes;
-            std::vector<uint8_t> ref(tb, 0), got(tb, 0);
-            const auto& pks = *plan_s.k;
-            for (int col : {0, 2, 6}) pks.quantize_act(x.data(), K, pks.offset, ref.data(), col, plan_s.pairs == 2);
-            const auto plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t, isa), K, precise, rows, coarse);
-            ASSERT_EQ(plan.tile_bytes, tb);
-            for (int col : {0, 2, 6}) plan.k->quantize_act(x.data(), K, plan.k->offset, got.data(), col, plan.pairs == 2);
-            EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), tb)) << kiln::cpu::isa_name(isa) << " K " << K << " precise " << precise << " coarse " << coarse;
+        std::vector<float> x = make_acts(K, 1, 5);
+        const int64_t zero = std::min<int64_t>(19, K / 32 - 5);
+        std::fill(x.begin() + 32 * zero, x.begin() + 32 * (zero + 1), 0.0f);
+        for (auto [precise, coarse] : {std::pair{false, false}, {true, false}, {false, true}}) {
+            // (not one row: a lone row may take kernels of a layout of its own, PackedKernels::single,
+            // which the AVX-512 F32 kernels have and the scalar mirror has not; they copy the row as it is)
+            const int64_t rows = coarse ? 9 : 2;
+            for (Isa isa : packed_isas(t)) {
+                const auto plan_s = kiln::cpu::packed_plan(scalar_mirror(t, isa), K, precise, rows, coarse);
+                const size_t tb = plan_s.tile_bytes;
+                std::vector<uint8_t> ref(tb, 0), got(tb, 0);
+                const auto& pks = *plan_s.k;
+                for (int col : {0, 2, 6}) pks.quantize_act(x.data(), K, pks.offset, ref.data(), col, plan_s.pairs == 2);
+                const auto plan = kiln::cpu::packed_plan(*kiln::cpu::packed_kernels(t, isa), K, precise, rows, coarse);
+                ASSERT_EQ(plan.tile_bytes, tb);
+                for (int col : {0, 2, 6}) plan.k->quantize_act(x.data(), K, plan.k->offset, got.data(), col, plan.pairs == 2);
+                EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), tb)) << kiln::cpu::isa_name(isa) << " K " << K << " precise " << precise << " coarse " << coarse;
+            }
         }
-    }
     }
 }
 
