@@ -46,6 +46,16 @@ inline __m512 lanes_reduce16(const __m512 (&v)[16], Op op) {
 template <int NB, int kRows = kActTile>
 void quantize_act_groups(ActAux kind, const float* x, int64_t K, int32_t offset, uint8_t* tile, int col, bool with_resid) {
     constexpr size_t kBlockBytes = kRows * (32 + sizeof(float) + sizeof(int32_t));
+    // A block's 32 values (v0, v1) times id, rounded and clamped to +-127, into column c of blk with
+    // its d; the quants in i0, i1 (the caller writes the block sums).
+    auto quantize_block = [](__m512 v0, __m512 v1, __m512 id, float d, uint8_t* blk, int c, __m512i& i0, __m512i& i1) {
+        const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+        i0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, id)), lim), nlim);
+        i1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, id)), lim), nlim);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c), _mm512_cvtepi32_epi8(i0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c + 16), _mm512_cvtepi32_epi8(i1));
+        reinterpret_cast<float*>(blk + 32 * kRows)[c] = d;
+    };
     // v[2b], v[2b+1]: block b's 32 floats, into column c of the group's blocks; q: the quants.
     auto group = [&](const __m512 (&v)[2 * NB], uint8_t* blk0, int c, __m512i (&q)[2 * NB]) {
         __m512 m = _mm512_abs_ps(v[0]);
@@ -53,17 +63,13 @@ void quantize_act_groups(ActAux kind, const float* x, int64_t K, int32_t offset,
         for (int i = 1; i < 2 * NB; ++i) m = _mm512_max_ps(m, _mm512_abs_ps(v[i]));
         const float d = hmax(m) / 127.0f;
         const __m512 id = _mm512_set1_ps(d > 0 ? 1.0f / d : 0.0f);
-        const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
 #pragma GCC unroll 8
         for (int b = 0; b < NB; ++b) {
             uint8_t* blk = blk0 + b * kBlockBytes;
-            const __m512i i0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v[2 * b], id)), lim), nlim);
-            const __m512i i1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v[2 * b + 1], id)), lim), nlim);
+            __m512i i0, i1;
+            quantize_block(v[2 * b], v[2 * b + 1], id, d, blk, c, i0, i1);
             q[2 * b] = i0;
             q[2 * b + 1] = i1;
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c), _mm512_cvtepi32_epi8(i0));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c + 16), _mm512_cvtepi32_epi8(i1));
-            reinterpret_cast<float*>(blk + 32 * kRows)[c] = d;
             if (kind == ActAux::Q6K) write_act_aux(blk, c, kind, offset, d, hsum(i0), hsum(i1), kRows);
             else write_act_aux(blk, c, kind, offset, d, hsum(_mm512_add_epi32(i0, i1)), 0, kRows);
         }
@@ -86,18 +92,12 @@ void quantize_act_groups(ActAux kind, const float* x, int64_t K, int32_t offset,
             const __m512 d = _mm512_div_ps(lanes_reduce16(m, [](__m512 a, __m512 c2) { return _mm512_max_ps(a, c2); }), _mm512_set1_ps(127.0f));
             _mm512_store_ps(dv, d);
             _mm512_store_ps(idv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_set1_ps(1.0f), d));
-            const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
             __m512 sums[16];  // int32 lanes: the quants' sums (write_act_aux)
 #pragma GCC unroll 16
             for (int i = 0; i < 16; ++i) {
-                uint8_t* blk = blk0 + i * kBlockBytes;
-                const __m512 id = _mm512_set1_ps(idv[i]);
                 const __m512 v0 = _mm512_loadu_ps(src + 32 * i), v1 = _mm512_loadu_ps(src + 32 * i + 16);
-                const __m512i i0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, id)), lim), nlim);
-                const __m512i i1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, id)), lim), nlim);
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c), _mm512_cvtepi32_epi8(i0));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 32 * c + 16), _mm512_cvtepi32_epi8(i1));
-                reinterpret_cast<float*>(blk + 32 * kRows)[c] = dv[i];
+                __m512i i0, i1;
+                quantize_block(v0, v1, _mm512_set1_ps(idv[i]), dv[i], blk0 + i * kBlockBytes, c, i0, i1);
                 if (kind == ActAux::Q6K) {  // the two halves' sums in the low and high 16 bits
                     sums[i] = _mm512_castsi512_ps(_mm512_add_epi32(i0, _mm512_slli_epi32(i1, 16)));
                 } else {
@@ -116,8 +116,8 @@ void quantize_act_groups(ActAux kind, const float* x, int64_t K, int32_t offset,
 #pragma GCC unroll 16
             for (int i = 0; i < 16; ++i) {
                 // Q6K: lo + 2^16 hi, each half's sum at most 16 x 127 in magnitude
-                if (kind == ActAux::Q6K) write_act_aux(blk0 + i * kBlockBytes, c, kind, offset, dv[i], static_cast<int16_t>(sv[i] & 0xFFFF), (sv[i] - static_cast<int16_t>(sv[i] & 0xFFFF)) >> 16, kRows);
-                else write_act_aux(blk0 + i * kBlockBytes, c, kind, offset, dv[i], sv[i], 0, kRows);
+                const int32_t lo = kind == ActAux::Q6K ? static_cast<int16_t>(sv[i] & 0xFFFF) : sv[i];
+                write_act_aux(blk0 + i * kBlockBytes, c, kind, offset, dv[i], lo, kind == ActAux::Q6K ? (sv[i] - lo) >> 16 : 0, kRows);
             }
         };
         for (; b + 16 <= K / 32; b += 16) {
