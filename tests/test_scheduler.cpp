@@ -674,10 +674,24 @@ TEST(SchedulerSplit, OutputsComputedOnTheDeviceAreHostReadable) {
     Graph g;
     auto b = m.build(g, &sched, &dev, [](int) { return true; }, &weights);
     sched.allocate(g);
-    std::memcpy(b.input->data, m.x.data(), m.x.size() * sizeof(float));
-    sched.compute(g);
-    EXPECT_FALSE(dev.regions.overlaps(b.out->data, b.out->nbytes()))
-        << "output '" << b.out->name << "' is left in device memory";
+    const uint64_t plan = sched.plan_id();
+    // Run twice with different inputs, as Context runs a graph again for a batch of the same shape:
+    // the second run must compute into device memory again, not into the first run's host copy.
+    TinyModel other = m;
+    for (float& v : other.x) v = -0.5f * v + 0.25f;
+    for (const TinyModel* run : {&m, &other}) {
+        std::memcpy(b.input->data, run->x.data(), run->x.size() * sizeof(float));
+        sched.compute(g);
+        EXPECT_FALSE(dev.regions.overlaps(b.out->data, b.out->nbytes()))
+            << "output '" << b.out->name << "' is left in device memory";
+        EXPECT_TRUE(same_bits(read_f32(b.out), single_backend_logits(*run, kThreadsSplit))) << (run == &m ? "first run" : "second run");
+    }
+    EXPECT_TRUE(dev.violations.empty()) << join(dev.violations);
+    EXPECT_EQ(sched.plan_id(), plan) << "compute() must not change the plan";
+    Graph g2;
+    m.build(g2, &sched, &dev, [](int) { return true; }, &weights);
+    sched.allocate(g2);
+    EXPECT_NE(sched.plan_id(), plan) << "allocate() must change the plan";
 }
 
 TEST(SchedulerSplit, LayerPlacementOutOfRangeMeansCpu) {

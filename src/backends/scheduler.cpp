@@ -95,6 +95,8 @@ int Scheduler::home_backend(const Tensor* t) const {
 }
 
 void Scheduler::allocate(Graph& g) {
+    ++plan_id_;
+    device_outputs_.clear();
     const int cpu = static_cast<int>(backends_.size()) - 1;
     const size_t n_nodes = g.nodes().size();
     node_backend_.clear_for(n_nodes);
@@ -243,6 +245,8 @@ void Scheduler::allocate(Graph& g) {
 }
 
 void Scheduler::compute(Graph& g) {
+    for (auto& [n, device] : device_outputs_) n->data = device;  // a graph run again
+    device_outputs_.clear();
     std::vector<uint8_t> staging;
     for (Split& sp : splits_) {
         Backend& be = *backends_[static_cast<size_t>(sp.backend)];
@@ -294,6 +298,7 @@ void Scheduler::compute(Graph& g) {
         Buffer& buf = *arenas_[static_cast<size_t>(b)];
         auto& host = host_outputs_.emplace_back(n->nbytes());
         buf.read(static_cast<size_t>(static_cast<uint8_t*>(n->data) - static_cast<uint8_t*>(buf.base())), host.data(), host.size());
+        device_outputs_.emplace_back(n, n->data);
         n->data = host.data();
     }
 }

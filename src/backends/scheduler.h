@@ -9,6 +9,7 @@
 // GPU needs no change in model code.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -32,8 +33,13 @@ public:
     // After this, fill the graph's inputs, then call compute().
     void allocate(Graph& g);
     // Runs the splits; outputs (Graph::mark_output) computed on a device are copied to host memory
-    // and their Tensor::data points there afterwards.
+    // and their Tensor::data points there afterwards (until the next compute(), which points them
+    // back at their device memory first).
     void compute(Graph& g);
+    // Changes with every allocate(). The graph of the last allocate() may run again, inputs refilled,
+    // as long as this still returns what it returned after that allocate() (the arenas and splits
+    // are that graph's).
+    uint64_t plan_id() const { return plan_id_; }
 
     // Bytes of intermediate-result memory each backend holds (after allocate()).
     std::vector<size_t> buffer_sizes() const;
@@ -72,6 +78,8 @@ private:
     std::vector<std::unique_ptr<Tensor>> shadows_;
     std::vector<std::unique_ptr<Buffer>> arenas_;  // one per backend, grown as needed
     std::vector<std::vector<uint8_t>> host_outputs_;  // outputs computed on devices, copied back
+    std::vector<std::pair<Tensor*, void*>> device_outputs_;  // those outputs and their device memory
+    uint64_t plan_id_ = 0;
     Observer observer_;
 };
 

@@ -50,6 +50,9 @@ struct PerfCounters {
 class Context {
 public:
     Context(const Model& model, const ContextParams& params);
+    ~Context();
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
 
     // Evaluates a batch. Throws std::invalid_argument for a malformed batch (bad token id, position,
     // sequence id, more than n_batch tokens) and ContextFullError when the KV cache has no room.
@@ -100,6 +103,10 @@ private:
     std::vector<float> logits_;           // n_outputs x n_vocab of the last batch
     std::vector<int32_t> output_row_;     // per token of the last batch: row in logits_, or -1
     PerfCounters perf_;
+    // The last micro-batch's graph, built and allocated, run again for the next micro-batch of the
+    // same shape (context.cpp).
+    struct BuiltGraph;
+    std::unique_ptr<BuiltGraph> graph_;
 };
 
 }  // namespace kiln
