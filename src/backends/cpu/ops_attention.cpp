@@ -23,7 +23,7 @@ void op_store_rows(const Tensor& t, ComputeContext& ctx) {
     const auto* ids = static_cast<const int32_t*>(t.src[2]->data);
     // The vector converter where the instruction set has one for the cache type (the
     // reference F16 conversion took ~1% of prompt processing).
-    const FromFloatFn conv = native_from_float(dst.type);
+    const FromFloatFn conv = native_from_float(dst.type, ctx.isa);
     if (t.iparams[0] > 0) {  // K panels: each head's elements go down a column of its tile
         const KPanels kp{.type = dst.type, .head_dim = t.iparams[0], .n_head = dst.ne[0] / t.iparams[0], .cells = dst.ne[1]};
         // Items are (row, head), so that one row (generation) is shared too: its elements land in
@@ -126,6 +126,7 @@ struct AttnPlan {
     size_t krows_off = 0, krows_done_off = 0;
 
     WeightsPrefetch wp{};  // the CPU's prefetch settings (kernels/gemm.h), for product_prefetch
+    FromFloatFn to_bf16 = nullptr, to_f16 = nullptr;  // the backend's converters for Q (op_attention sets them)
 
     int64_t M() const { return bq * n_rep; }
     int64_t n_items() const { return n_qb * n_head_kv * n_split; }
@@ -546,8 +547,8 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
     auto* VB = reinterpret_cast<uint32_t*>(w + p.vb_off);  // [bk / 2, ldv]
     auto* QH = reinterpret_cast<uint16_t*>(QB);             // [M, hd] fp16, row r scaled by 1 / qinv[r]
     float* qinv = w + p.qinv_off;                           // [M]
-    if (prod == Products::Bf16) rows_to_bf16(native_from_float(Type::BF16), Q, hd, M, hd, QB, hp);
-    if (prod == Products::F16) rows_to_f16_scaled(native_from_float(Type::F16), Q, hd, M, hd, KT, QH, qinv);
+    if (prod == Products::Bf16) rows_to_bf16(p.to_bf16, Q, hd, M, hd, QB, hp);
+    if (prod == Products::F16) rows_to_f16_scaled(p.to_f16, Q, hd, M, hd, KT, QH, qinv);
     std::fill(O, O + M * ldv, 0.0f);
     std::fill(mx, mx + M, kNegInf);
     std::fill(sum, sum + M, 0.0f);
@@ -789,7 +790,9 @@ ItemAt item_at(const AttnPlan& p, int64_t j) {
 // else take every nth item KV head by KV head (round-robin, so with a causal mask both threads
 // still get a similar share).
 void op_attention(const Tensor& t, ComputeContext& ctx) {
-    const AttnPlan p = make_plan(t, ctx.nth);
+    AttnPlan p = make_plan(t, ctx.nth);
+    p.to_bf16 = native_from_float(Type::BF16, ctx.isa);
+    p.to_f16 = native_from_float(Type::F16, ctx.isa);
     const AttnKernels& kern = attn_kernels(ctx.isa);
     float* base = aligned_base(ctx.scratch);
     float* w = base + p.per_thread * static_cast<size_t>(ctx.ith);

@@ -306,9 +306,9 @@ Isa selected_isa() {
     return isa;
 }
 
-FromFloatFn native_from_float(Type t) {
+FromFloatFn native_from_float(Type t, Isa isa) {
     if (t != Type::F32 && t != Type::F16 && t != Type::BF16 && t != Type::Q8_0) return nullptr;
-    const TypeKernels& k = kernels(t);
+    const TypeKernels& k = kernels(t, isa);
     return k.vec_dot_type == t ? k.from_float : nullptr;
 }
 

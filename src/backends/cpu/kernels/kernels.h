@@ -68,10 +68,10 @@ Isa selected_isa();
 // for types the set does not accelerate. Throws if the type has no kernel at all.
 const TypeKernels& kernels(Type weight_type, Isa isa);
 inline const TypeKernels& kernels(Type weight_type) { return kernels(weight_type, selected_isa()); }
-// The selected set's converter from float rows to type t itself when it has one (F32, F16,
-// BF16, Q8_0: the activation converters, bit-exact with core/quant_*.cpp), else null. Used to
-// write new K/V rows into the cache.
-FromFloatFn native_from_float(Type t);
+// The set's converter from float rows to type t itself when it has one (F32, F16, BF16, Q8_0:
+// the activation converters, bit-exact with core/quant_*.cpp), else null. Used to write new K/V
+// rows into the cache and to round the attention's queries.
+FromFloatFn native_from_float(Type t, Isa isa);
 // True if the ISA can run on this CPU (for tests that loop over every set).
 bool isa_supported(Isa isa);
 
