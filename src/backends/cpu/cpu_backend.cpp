@@ -193,10 +193,12 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
     const bool coarse = precision_ == MatmulPrecision::Fast;  // the same for every node
     // Products of the same activations that run as one op (op_mul_mat_group): group[i] nodes
     // from node i (0 inside a group, 1 for a node on its own).
+    // products[i ..]: the plans of the group's products (kernels null for other nodes).
     std::vector<uint8_t> group(nodes.size(), 1);
+    std::vector<PackedProductPlan> products(nodes.size() + kMaxMulMatGroup);
     for (size_t i = 0; i < nodes.size(); ++i) {
         if (nodes[i]->op != Op::MulMat) continue;
-        const size_t g = mul_mat_group_size(nodes.subspan(i), precise(*nodes[i]), coarse, isa_);
+        const size_t g = mul_mat_group_size(nodes.subspan(i), precise(*nodes[i]), coarse, isa_, products.data() + i);
         group[i] = static_cast<uint8_t>(g);
         for (size_t j = 1; j < g; ++j) group[i + j] = 0;
         i += g - 1;
@@ -239,6 +241,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
             if (!fn || group[i] == 0) continue;  // views: nothing to compute; grouped: done with the first
             if (n->op != Op::MulMat || n->src[0]->layout != Layout::Packed16) acts.x = nullptr;
             ctx.precise = precise(*n);
+            ctx.products = products[i].kernels ? products.data() + i : nullptr;
             plan_idle(i);
             const auto t0 = profiling ? OpProfile::Clock::now() : OpProfile::Clock::time_point{};
             if (group[i] > 1) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/idle_prefetch.h"
+#include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/work_regions.h"
 #include "core/tensor.h"
@@ -42,6 +43,15 @@ struct PackedActs {
     bool operator==(const PackedActs&) const = default;
 };
 
+// The kernels one product over packed weights runs, chosen once per graph (mul_mat_group_size)
+// rather than at every call: the lookups (packed_kernels through several files' tables and
+// function-local statics), their code and tables evicted by the weights streamed since, took
+// 0.6-1.5 us an op in generation, 0.07-0.17 us planned (1b Q4_0, AMX Xeon; ~90 us a token).
+struct PackedProductPlan {
+    const PackedKernels* kernels = nullptr;  // packed_kernels(weights' type, isa); null: not planned
+    PackedPlan plan;                         // packed_plan of those for this node's rows and precision
+};
+
 struct ComputeContext {
     int ith = 0;
     int nth = 1;
@@ -61,6 +71,9 @@ struct ComputeContext {
     WorkRegions* work = nullptr;
     RopeTable* rope = nullptr;  // this thread's, kept across the nodes of one graph; null: none
     PackedActs* acts = nullptr;  // this thread's record of the scratch; null: never reuse it
+    // MulMat over packed weights: the plans of the op's products (one per node of its group), as
+    // mul_mat_group_size made them; null: the op looks them up itself
+    const PackedProductPlan* products = nullptr;
     // The kernels' instruction set (CpuBackend: its own, chosen when it was made)
     Isa isa = selected_isa();
 };
@@ -84,6 +97,7 @@ void op_mul_mat(const Tensor& t, ComputeContext& ctx);
 // regions, one barrier at the end. How many of nodes, from the first, make such a group (1:
 // none; at most kMaxMulMatGroup): packed weights whose activation format is the same under
 // this precision. op_mul_mat_group computes them (all with ctx.precise as for the first).
+// plans (optional, room for kMaxMulMatGroup): each product's plan, for ComputeContext::products.
 inline constexpr size_t kMaxMulMatGroup = 4;
 static_assert(IdlePrefetch::kMaxRanges >= kMaxMulMatGroup, "IdlePrefetch: one range per product of a group");
 // Plans what thread ith asks for while it waits before the products `nodes` (a group as
@@ -91,7 +105,7 @@ static_assert(IdlePrefetch::kMaxRanges >= kMaxMulMatGroup, "IdlePrefetch: one ra
 // first, when they stream from memory (generation); nothing otherwise. Kept as it is when idle
 // already holds this plan.
 void plan_idle_prefetch(std::span<const Tensor* const> nodes, int ith, int nth, size_t bytes, IdlePrefetch& idle);
-size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse, Isa isa);
+size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse, Isa isa, PackedProductPlan* plans = nullptr);
 void op_mul_mat_group(std::span<const Tensor* const> nodes, ComputeContext& ctx);
 void op_add(const Tensor& t, ComputeContext& ctx);
 void op_mul(const Tensor& t, ComputeContext& ctx);

@@ -94,8 +94,9 @@ PackedActs packed_acts_of(const Tensor& t, const PackedPlan& plan) {
                       .tile_bytes = plan.tile_bytes, .pairs = plan.pairs};
 }
 
-PackedPlan plan_of(const Tensor& t, bool precise, bool coarse, Isa isa) {
-    return packed_plan(*packed_kernels(t.src[0]->type, isa), t.src[0]->ne[0], precise, t.src[1]->nrows(), coarse);
+PackedProductPlan plan_of(const Tensor& t, bool precise, bool coarse, Isa isa) {
+    const PackedKernels* k = packed_kernels(t.src[0]->type, isa);
+    return {.kernels = k, .plan = packed_plan(*k, t.src[0]->ne[0], precise, t.src[1]->nrows(), coarse)};
 }
 
 // Weights in a packed layout: activations become q8 rows (two per row in precise mode: the
@@ -116,12 +117,15 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
         int64_t g_end;       // this product's groups end here in the joint index space
     };
     std::array<Part, kMaxMulMatGroup> parts{};
+    std::array<const PackedKernels*, kMaxMulMatGroup> kernels{};  // each product's packed_kernels
     const size_t n_parts = std::min(ts.size(), kMaxMulMatGroup);
     int64_t n_groups = 0;
     PackedPlan plan;
     for (size_t i = 0; i < n_parts; ++i) {
         const Tensor& t = *ts[i];
-        plan = plan_of(t, ctx.precise, ctx.coarse, ctx.isa);
+        const PackedProductPlan pp = ctx.products ? ctx.products[i] : plan_of(t, ctx.precise, ctx.coarse, ctx.isa);
+        kernels[i] = pp.kernels;
+        plan = pp.plan;
         n_groups += t.src[0]->ne[1] / kPackRows;
         parts[i] = Part{.pk = plan.k, .w = static_cast<const uint8_t*>(t.src[0]->data), .group_bytes = row_size(t.src[0]->type, K) * kPackRows,
                         .y = static_cast<float*>(t.data), .y_stride = static_cast<int64_t>(t.nb[1] / sizeof(float)), .g_end = n_groups};
@@ -156,10 +160,10 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
     // This thread's gemm scratch (scratch_bytes: after the activations, from a cache line), the
     // largest any product of the group takes.
     size_t per_thread = 0;
-    for (size_t i = 0; i < n_parts; ++i) per_thread = std::max(per_thread, packed_gemm_scratch_bytes(*packed_kernels(ts[i]->src[0]->type, ctx.isa), K, M, ctx.precise));
+    for (size_t i = 0; i < n_parts; ++i) per_thread = std::max(per_thread, packed_gemm_scratch_bytes(*kernels[i], K, M, ctx.precise));
     uint8_t* gemm_scratch = nullptr;
     if (per_thread) {
-        const auto end = reinterpret_cast<uintptr_t>(ctx.scratch + packed_act_bytes(*packed_kernels(ts[0]->src[0]->type, ctx.isa), K, M, ctx.precise));
+        const auto end = reinterpret_cast<uintptr_t>(ctx.scratch + packed_act_bytes(*kernels[0], K, M, ctx.precise));
         gemm_scratch = reinterpret_cast<uint8_t*>((end + 63) / 64 * 64) + static_cast<size_t>(ctx.ith) * per_thread;
     }
     if (ctx.acts) *ctx.acts = acts;
@@ -199,14 +203,18 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
 
 }  // namespace
 
-size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse, Isa isa) {
+size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse, Isa isa, PackedProductPlan* plans) {
     auto packed = [](const Tensor& n) { return n.op == Op::MulMat && n.src[0]->layout == Layout::Packed16 && n.src[1]->nrows() > 0; };
     if (nodes.empty() || !packed(*nodes[0])) return 1;
-    const PackedActs first = packed_acts_of(*nodes[0], plan_of(*nodes[0], precise, coarse, isa));
+    const PackedProductPlan p0 = plan_of(*nodes[0], precise, coarse, isa);
+    if (plans) plans[0] = p0;
+    const PackedActs first = packed_acts_of(*nodes[0], p0.plan);
     size_t n = 1;
     // Each product's output must not be another's input (the shared x is none of theirs).
-    while (n < nodes.size() && n < kMaxMulMatGroup && packed(*nodes[n]) && nodes[n]->src[1] == nodes[0]->src[1] &&
-           packed_acts_of(*nodes[n], plan_of(*nodes[n], precise, coarse, isa)) == first) {
+    while (n < nodes.size() && n < kMaxMulMatGroup && packed(*nodes[n]) && nodes[n]->src[1] == nodes[0]->src[1]) {
+        const PackedProductPlan p = plan_of(*nodes[n], precise, coarse, isa);
+        if (packed_acts_of(*nodes[n], p.plan) != first) break;
+        if (plans) plans[n] = p;
         ++n;
     }
     return n;
