@@ -1195,12 +1195,13 @@ TEST(MulMatAuto, PreciseForSmallBatchesFastForLarge) {
 // (op_mul_mat_group: their weight groups handed out together, a thread's claim crossing from one
 // product into the next). Each must equal the same product computed alone, bit for bit, whether
 // the activation format matches the previous product's (Q4_0 after Q4_0), differs only in its
-// offset (Q8_0) or entirely (Q4_K), with products of different heights (a group of 16 rows
-// alone), in both precisions, with another op or input in between.
+// offset (Q8_0) or entirely (Q4_K, Q6_K: a group takes two formats, each quantized into its own
+// tile, and ends before a third), with products of different heights (a group of 16 rows alone),
+// in both precisions, with another op or input in between.
 TEST(MulMatPacked, ConsecutiveProductsOfOneInputMatchProductsAlone) {
     std::mt19937 rng(14);
-    const int64_t K = 256, M = 5;
-    const Type types[] = {Type::Q4_0, Type::Q4_0, Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q4_K, Type::Q4_K, Type::Q4_0};
+    const int64_t K = 256;
+    const Type types[] = {Type::Q4_0, Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q4_K, Type::Q6_K, Type::Q4_K, Type::Q4_0};
     const int64_t heights[] = {48, 16, 80, 32, 32, 16, 64, 32};
     constexpr size_t n_mm = std::size(types);
     std::vector<std::vector<uint8_t>> packed;
@@ -1213,46 +1214,49 @@ TEST(MulMatPacked, ConsecutiveProductsOfOneInputMatchProductsAlone) {
         packed.emplace_back(kiln::packed_size(t, K, N));
         kiln::pack_rows(t, rows.data(), kiln::row_size(t, K), packed.back().data(), K, N);
     }
-    const auto xv = randn(rng, K * M), x2v = randn(rng, K * M);
-    for (MatmulPrecision prec : {MatmulPrecision::Fast, MatmulPrecision::Precise}) {
-        for (int nth : kThreads) {
-            SCOPED_TRACE(std::string(prec == MatmulPrecision::Fast ? "fast" : "precise") + " threads=" + std::to_string(nth));
-            auto weight = [&](Harness& h, size_t i) {
-                Tensor* w = h.g.leaf(types[i], {K, heights[i], 1, 1}, "w" + std::to_string(i), h.hold_copy(packed[i]));
-                w->layout = kiln::Layout::Packed16;
-                return w;
-            };
-            // All in one graph: x times weights 0-5 (0-2: one group; 3 alone, its offset differs;
-            // 4-5: a group), an add, x times weight 6, x2 times weight 7.
-            Harness h(nth, prec);
-            Tensor* x = h.f32({K, M, 1, 1}, xv, Layout::Contiguous, "x");
-            Tensor* x2 = h.f32({K, M, 1, 1}, x2v, Layout::Contiguous, "x2");
-            std::vector<Tensor*> outs;
-            for (size_t i = 0; i < 6; ++i) outs.push_back(h.g.mul_mat(weight(h, i), x, "mm" + std::to_string(i)));
-            Tensor* sum = h.g.add(outs[3], outs[4]);  // both 32 high
-            outs.push_back(h.g.mul_mat(weight(h, 6), x, "mm6"));
-            outs.push_back(h.g.mul_mat(weight(h, 7), x2, "mm7"));
-            for (Tensor* o : outs) h.g.mark_output(o);  // kept (memory not reused) to be read after
-            const bool precise = prec == MatmulPrecision::Precise;
-            const auto nodes = h.g.nodes();
-            // The node list starts with the products (x and x2 are leaves).
-            ASSERT_EQ(nodes[0], outs[0]);
-            EXPECT_EQ(3u, kiln::cpu::mul_mat_group_size(nodes, precise, false, kiln::cpu::selected_isa()));
-            EXPECT_EQ(1u, kiln::cpu::mul_mat_group_size(nodes.subspan(3), precise, false, kiln::cpu::selected_isa()));
-            EXPECT_EQ(2u, kiln::cpu::mul_mat_group_size(nodes.subspan(4), precise, false, kiln::cpu::selected_isa()));
-            EXPECT_EQ(1u, kiln::cpu::mul_mat_group_size(nodes.subspan(6), precise, false, kiln::cpu::selected_isa()));  // the add
-            h.compute();
-            for (size_t i = 0; i < outs.size(); ++i) {
-                Harness alone(nth, prec);
-                Tensor* out = alone.g.mul_mat(weight(alone, i),
-                                              alone.f32({K, M, 1, 1}, i == 7 ? x2v : xv, Layout::Contiguous, "x"), "mm");
-                alone.compute();
-                const auto got = read(outs[i]), want = read(out);
-                ASSERT_EQ(got.size(), want.size());
-                EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
-                    << "product " << i << " (" << kiln::type_name(types[i]) << ")";
+    for (int64_t M : {1, 2, 5}) {  // generation (each row's blocks quantized by all threads) and batches
+        const auto xv = randn(rng, K * M), x2v = randn(rng, K * M);
+        for (MatmulPrecision prec : {MatmulPrecision::Fast, MatmulPrecision::Precise}) {
+            for (int nth : kThreads) {
+                SCOPED_TRACE(std::string(prec == MatmulPrecision::Fast ? "fast" : "precise") + " threads=" + std::to_string(nth) + " M=" + std::to_string(M));
+                auto weight = [&](Harness& h, size_t i) {
+                    Tensor* w = h.g.leaf(types[i], {K, heights[i], 1, 1}, "w" + std::to_string(i), h.hold_copy(packed[i]));
+                    w->layout = kiln::Layout::Packed16;
+                    return w;
+                };
+                // All in one graph: x times weights 0-5 (0-2: one group of two formats, Q4_0's and
+                // Q8_0's; 3-5: one of Q4_K's and Q6_K's), an add, x times weight 6, x2 times weight 7.
+                Harness h(nth, prec);
+                Tensor* x = h.f32({K, M, 1, 1}, xv, Layout::Contiguous, "x");
+                Tensor* x2 = h.f32({K, M, 1, 1}, x2v, Layout::Contiguous, "x2");
+                std::vector<Tensor*> outs;
+                for (size_t i = 0; i < 6; ++i) outs.push_back(h.g.mul_mat(weight(h, i), x, "mm" + std::to_string(i)));
+                Tensor* sum = h.g.add(outs[3], outs[4]);  // both 32 high
+                outs.push_back(h.g.mul_mat(weight(h, 6), x, "mm6"));
+                outs.push_back(h.g.mul_mat(weight(h, 7), x2, "mm7"));
+                for (Tensor* o : outs) h.g.mark_output(o);  // kept (memory not reused) to be read after
+                const bool precise = prec == MatmulPrecision::Precise;
+                const auto nodes = h.g.nodes();
+                // The node list starts with the products (x and x2 are leaves).
+                ASSERT_EQ(nodes[0], outs[0]);
+                EXPECT_EQ(3u, kiln::cpu::mul_mat_group_size(nodes, precise, false, kiln::cpu::selected_isa()));
+                EXPECT_EQ(2u, kiln::cpu::mul_mat_group_size(nodes.subspan(1), precise, false, kiln::cpu::selected_isa()));  // a third format next
+                EXPECT_EQ(3u, kiln::cpu::mul_mat_group_size(nodes.subspan(3), precise, false, kiln::cpu::selected_isa()));
+                EXPECT_EQ(2u, kiln::cpu::mul_mat_group_size(nodes.subspan(4), precise, false, kiln::cpu::selected_isa()));
+                EXPECT_EQ(1u, kiln::cpu::mul_mat_group_size(nodes.subspan(6), precise, false, kiln::cpu::selected_isa()));  // the add
+                h.compute();
+                for (size_t i = 0; i < outs.size(); ++i) {
+                    Harness alone(nth, prec);
+                    Tensor* out = alone.g.mul_mat(weight(alone, i),
+                                                  alone.f32({K, M, 1, 1}, i == 7 ? x2v : xv, Layout::Contiguous, "x"), "mm");
+                    alone.compute();
+                    const auto got = read(outs[i]), want = read(out);
+                    ASSERT_EQ(got.size(), want.size());
+                    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+                        << "product " << i << " (" << kiln::type_name(types[i]) << ")";
+                }
+                ASSERT_NE(sum, nullptr);
             }
-            ASSERT_NE(sum, nullptr);
         }
     }
 }

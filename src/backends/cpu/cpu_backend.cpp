@@ -189,7 +189,6 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         if (!op_fn(n->op)) throw std::runtime_error("CPU backend: op " + std::string(op_name(n->op)) + " of '" + n->name + "' is not supported");
         need = std::max(need, scratch_bytes(*n, nth, precise(*n), isa_));
     }
-    if (scratch_.size() < need) scratch_.resize(need);
     const bool coarse = precision_ == MatmulPrecision::Fast;  // the same for every node
     // Products of the same activations that run as one op (op_mul_mat_group): group[i] nodes
     // from node i (0 inside a group, 1 for a node on its own).
@@ -201,8 +200,11 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         const size_t g = mul_mat_group_size(nodes.subspan(i), precise(*nodes[i]), coarse, isa_, products.data() + i);
         group[i] = static_cast<uint8_t>(g);
         for (size_t j = 1; j < g; ++j) group[i + j] = 0;
+        // A group's products may take two activation formats, each in its own tile.
+        if (g > 1) need = std::max(need, mul_mat_group_scratch_bytes(nodes.subspan(i, g), std::span(products).subspan(i, g), nth, precise(*nodes[i])));
         i += g - 1;
     }
+    if (scratch_.size() < need) scratch_.resize(need);
     // next_product[i]: the first packed product (a group's first node) at i or after; n: none.
     std::vector<size_t> next_product(nodes.size() + 1, nodes.size());
     for (size_t i = nodes.size(); i-- > 0;) {

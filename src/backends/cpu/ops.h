@@ -95,10 +95,12 @@ void op_mul_mat(const Tensor& t, ComputeContext& ctx);
 // Consecutive products of the same activations (q, k, v; gate, up) computed as one op: the
 // activations quantized once, the weight groups of all of them handed out as one set of work
 // regions, one barrier at the end. How many of nodes, from the first, make such a group (1:
-// none; at most kMaxMulMatGroup): packed weights whose activation format is the same under
-// this precision. op_mul_mat_group computes them (all with ctx.precise as for the first).
+// none; at most kMaxMulMatGroup): packed weights taking at most kMaxActFormats activation formats
+// under this precision. op_mul_mat_group computes them (all with ctx.precise as for the first).
 // plans (optional, room for kMaxMulMatGroup): each product's plan, for ComputeContext::products.
+// Up to kMaxActFormats activation formats in one group (Q4_K and Q6_K products: two tiles).
 inline constexpr size_t kMaxMulMatGroup = 4;
+inline constexpr size_t kMaxActFormats = 2;
 static_assert(IdlePrefetch::kMaxRanges >= kMaxMulMatGroup, "IdlePrefetch: one range per product of a group");
 // Plans what thread ith asks for while it waits before the products `nodes` (a group as
 // op_mul_mat_group runs it, or one product): the first `bytes` of the packed weights it computes
@@ -106,6 +108,8 @@ static_assert(IdlePrefetch::kMaxRanges >= kMaxMulMatGroup, "IdlePrefetch: one ra
 // already holds this plan.
 void plan_idle_prefetch(std::span<const Tensor* const> nodes, int ith, int nth, size_t bytes, IdlePrefetch& idle);
 size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse, Isa isa, PackedProductPlan* plans = nullptr);
+// Scratch of such a group (scratch_bytes for a product alone), from its products' plans.
+size_t mul_mat_group_scratch_bytes(std::span<Tensor* const> nodes, std::span<const PackedProductPlan> plans, int nth, bool precise);
 void op_mul_mat_group(std::span<const Tensor* const> nodes, ComputeContext& ctx);
 void op_add(const Tensor& t, ComputeContext& ctx);
 void op_mul(const Tensor& t, ComputeContext& ctx);

@@ -99,12 +99,56 @@ PackedProductPlan plan_of(const Tensor& t, bool precise, bool coarse, Isa isa) {
     return {.kernels = k, .plan = packed_plan(*k, t.src[0]->ne[0], precise, t.src[1]->nrows(), coarse)};
 }
 
+// Where a group's activation tiles (one per activation format, in order of first use) and each
+// thread's gemm scratch lie in the op's scratch at `base`: the first tile at base itself (as
+// before there were several: base sits at 16 mod 64 here, and the tiles 64-aligned made 1b Q4_0
+// generation 1.3% slower, not understood), later ones and the gemm scratch from a cache line.
+// bytes: what the layout may take at any base (scratch_bytes).
+struct GroupScratch {
+    std::array<uint8_t*, kMaxActFormats> tile{};
+    uint8_t* gemm = nullptr;  // thread ith's at gemm + ith * per_thread
+    size_t per_thread = 0, bytes = 0;
+};
+GroupScratch group_scratch(std::span<const PackedProductPlan> plans, std::span<const int> first, int64_t K, int64_t M, bool precise, int nth,
+                           uint8_t* base) {
+    auto line_up = [](uint8_t* p) { return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64); };
+    GroupScratch s;
+    uint8_t* end = base;
+    for (size_t f = 0; f < first.size(); ++f) {
+        const size_t act = packed_act_bytes(*plans[static_cast<size_t>(first[f])].kernels, K, M, precise);
+        s.tile[f] = f == 0 ? base : line_up(end);
+        end = s.tile[f] + act;
+        s.bytes += act + (f == 0 ? 0 : 64);
+    }
+    for (const PackedProductPlan& p : plans) s.per_thread = std::max(s.per_thread, packed_gemm_scratch_bytes(*p.kernels, K, M, precise));
+    if (s.per_thread) {
+        s.gemm = line_up(end);
+        s.bytes += 64 + static_cast<size_t>(nth) * s.per_thread;
+    }
+    return s;
+}
+
+// The activation formats of a group's products: fmt[i] for product i, first[f] its first product.
+int act_formats(std::span<const Tensor* const> ts, std::span<const PackedProductPlan> plans, std::array<int, kMaxMulMatGroup>& fmt,
+                std::array<int, kMaxActFormats>& first) {
+    int n = 0;
+    for (size_t i = 0; i < ts.size(); ++i) {
+        const PackedActs a = packed_acts_of(*ts[i], plans[i].plan);
+        int f = 0;
+        while (f < n && packed_acts_of(*ts[static_cast<size_t>(first[static_cast<size_t>(f)])], plans[static_cast<size_t>(first[static_cast<size_t>(f)])].plan) != a) ++f;
+        if (f == n) first[static_cast<size_t>(n++)] = static_cast<int>(i);  // mul_mat_group_size keeps n <= kMaxActFormats
+        fmt[i] = f;
+    }
+    return n;
+}
+
 // Weights in a packed layout: activations become q8 rows (two per row in precise mode: the
 // row and its quantization residual, summed by the kernel; F16/BF16 weights: BF16 or F32
 // rows, see packed_plan), then each thread computes its share of the 16-row weight groups
 // against all activation rows. Several products of the same activations (q, k and v; gate and
-// up: mul_mat_group_size) are one index space of groups: the activations are quantized once,
-// and a thread done with its share of q goes on to k without a barrier between them.
+// up: mul_mat_group_size) are one index space of groups: the activations are quantized once per
+// format the products take (Q4_K_M's Q4_K q and k and Q6_K v: two), and a thread done with its
+// share of q goes on to k without a barrier between them.
 void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
     const Tensor& x = *ts[0]->src[1];  // [K, M...] F32, the same for every product
     const int64_t K = x.ne[0], M = x.nrows();
@@ -115,24 +159,25 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
         float* y;
         int64_t y_stride;
         int64_t g_end;       // this product's groups end here in the joint index space
+        int fmt;             // its activation format
     };
-    std::array<Part, kMaxMulMatGroup> parts{};
-    std::array<const PackedKernels*, kMaxMulMatGroup> kernels{};  // each product's packed_kernels
     const size_t n_parts = std::min(ts.size(), kMaxMulMatGroup);
+    std::array<PackedProductPlan, kMaxMulMatGroup> plans{};
+    for (size_t i = 0; i < n_parts; ++i) plans[i] = ctx.products ? ctx.products[i] : plan_of(*ts[i], ctx.precise, ctx.coarse, ctx.isa);
+    std::array<int, kMaxMulMatGroup> fmt{};
+    std::array<int, kMaxActFormats> first{};
+    const int n_formats = act_formats(ts.first(n_parts), std::span(plans).first(n_parts), fmt, first);
+    const GroupScratch layout = group_scratch(std::span(plans).first(n_parts), std::span(first).first(static_cast<size_t>(n_formats)), K, M,
+                                              ctx.precise, ctx.nth, ctx.scratch);
+    std::array<Part, kMaxMulMatGroup> parts{};
     int64_t n_groups = 0;
-    PackedPlan plan;
     for (size_t i = 0; i < n_parts; ++i) {
         const Tensor& t = *ts[i];
-        const PackedProductPlan pp = ctx.products ? ctx.products[i] : plan_of(t, ctx.precise, ctx.coarse, ctx.isa);
-        kernels[i] = pp.kernels;
-        plan = pp.plan;
         n_groups += t.src[0]->ne[1] / kPackRows;
-        parts[i] = Part{.pk = plan.k, .w = static_cast<const uint8_t*>(t.src[0]->data), .group_bytes = row_size(t.src[0]->type, K) * kPackRows,
-                        .y = static_cast<float*>(t.data), .y_stride = static_cast<int64_t>(t.nb[1] / sizeof(float)), .g_end = n_groups};
+        parts[i] = Part{.pk = plans[i].plan.k, .w = static_cast<const uint8_t*>(t.src[0]->data), .group_bytes = row_size(t.src[0]->type, K) * kPackRows,
+                        .y = static_cast<float*>(t.data), .y_stride = static_cast<int64_t>(t.nb[1] / sizeof(float)), .g_end = n_groups,
+                        .fmt = fmt[i]};
     }
-    // Every product of a group takes the same activations (mul_mat_group_size checked it).
-    const PackedActs acts = packed_acts_of(*ts[0], plan);
-    const bool reuse = ctx.acts && *ctx.acts == acts;  // an earlier node left them in the scratch
     // The activations, quantized by all threads: row by row, or with fewer rows than threads
     // (generation) where the tiles are q8 blocks (PackedKernels::tile_bytes null: block b of a row
     // at b * kActBlockBytes of its tile, quantized alone or with its super-block) each row's blocks
@@ -140,33 +185,33 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
     // (bench_gemm QuantizeAct, precise) while the others waited. 1b Q4_0 tg32, AMX Xeon, 4
     // alternated runs with --profile: ffn_down's products 0.98-0.985 x the time, the token
     // 0.990-0.996.
-    const bool split_blocks = M < ctx.nth && !plan.k->tile_bytes && plan.tile_rows == kActTile;
-    int64_t r0 = 0, r1 = M, b0 = 0, b1 = K / 32;
-    if (split_blocks) {
-        constexpr int64_t kRun = QK_K / 32;  // blocks of a super-block
-        split_rows((b1 + kRun - 1) / kRun, ctx.ith, ctx.nth, b0, b1);
-        b0 *= kRun;
-        b1 = std::min(b1 * kRun, K / 32);
-    } else {
-        split_rows(M, ctx.ith, ctx.nth, r0, r1);
+    for (int f = 0; f < n_formats; ++f) {
+        const PackedPlan& plan = plans[static_cast<size_t>(first[static_cast<size_t>(f)])].plan;
+        // The first format's tile starts the scratch: an earlier node may have left it there.
+        const PackedActs acts = packed_acts_of(*ts[0], plan);
+        if (f == 0 && ctx.acts && *ctx.acts == acts) continue;
+        uint8_t* const tiles = layout.tile[static_cast<size_t>(f)];
+        const bool split_blocks = M < ctx.nth && !plan.k->tile_bytes && plan.tile_rows == kActTile;
+        int64_t r0 = 0, r1 = M, b0 = 0, b1 = K / 32;
+        if (split_blocks) {
+            constexpr int64_t kRun = QK_K / 32;  // blocks of a super-block
+            split_rows((b1 + kRun - 1) / kRun, ctx.ith, ctx.nth, b0, b1);
+            b0 *= kRun;
+            b1 = std::min(b1 * kRun, K / 32);
+        } else {
+            split_rows(M, ctx.ith, ctx.nth, r0, r1);
+        }
+        for (int64_t r = b0 >= b1 ? r1 : r0; r < r1; ++r) {
+            const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+            const int64_t a = r * plan.pairs;  // activation row (and a + 1 for its residual)
+            uint8_t* tile = tiles + static_cast<size_t>(a / plan.tile_rows) * plan.tile_bytes + static_cast<size_t>(b0) * kActBlockBytes;
+            plan.k->quantize_act(reinterpret_cast<const float*>(x.row(i1, i2, i3)) + 32 * b0, split_blocks ? 32 * (b1 - b0) : K,
+                                 plan.k->offset, tile, static_cast<int>(a % plan.tile_rows), plan.pairs == 2);
+        }
+        if (f == 0 && ctx.acts) *ctx.acts = acts;
     }
-    for (int64_t r = reuse || b0 >= b1 ? r1 : r0; r < r1; ++r) {
-        const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
-        const int64_t a = r * plan.pairs;  // activation row (and a + 1 for its residual)
-        uint8_t* tile = ctx.scratch + static_cast<size_t>(a / plan.tile_rows) * plan.tile_bytes + static_cast<size_t>(b0) * kActBlockBytes;
-        plan.k->quantize_act(reinterpret_cast<const float*>(x.row(i1, i2, i3)) + 32 * b0, split_blocks ? 32 * (b1 - b0) : K,
-                             plan.k->offset, tile, static_cast<int>(a % plan.tile_rows), plan.pairs == 2);
-    }
-    // This thread's gemm scratch (scratch_bytes: after the activations, from a cache line), the
-    // largest any product of the group takes.
-    size_t per_thread = 0;
-    for (size_t i = 0; i < n_parts; ++i) per_thread = std::max(per_thread, packed_gemm_scratch_bytes(*kernels[i], K, M, ctx.precise));
-    uint8_t* gemm_scratch = nullptr;
-    if (per_thread) {
-        const auto end = reinterpret_cast<uintptr_t>(ctx.scratch + packed_act_bytes(*kernels[0], K, M, ctx.precise));
-        gemm_scratch = reinterpret_cast<uint8_t*>((end + 63) / 64 * 64) + static_cast<size_t>(ctx.ith) * per_thread;
-    }
-    if (ctx.acts) *ctx.acts = acts;
+    // This thread's gemm scratch, the largest any product of the group takes.
+    uint8_t* gemm_scratch = layout.per_thread ? layout.gemm + static_cast<size_t>(ctx.ith) * layout.per_thread : nullptr;
     const int64_t chunk = matmul_chunk_groups(n_groups, ctx.nth);
     if (ctx.work && ctx.ith == 0) ctx.work->reset(n_groups, ctx.nth);
     ctx.barrier();  // activations ready (and the work regions set) for every thread
@@ -181,9 +226,9 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
                                 .w = p.w + static_cast<size_t>(l0) * p.group_bytes,
                                 .w_group_bytes = p.group_bytes,
                                 .n_groups = e - g0,
-                                .x = ctx.scratch,
+                                .x = layout.tile[static_cast<size_t>(p.fmt)],
                                 .M = M,
-                                .pairs = plan.pairs,
+                                .pairs = plans[i].plan.pairs,
                                 .y = p.y + l0 * kPackRows,
                                 .y_stride = p.y_stride,
                                 .scratch = gemm_scratch});
@@ -208,16 +253,31 @@ size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coa
     if (nodes.empty() || !packed(*nodes[0])) return 1;
     const PackedProductPlan p0 = plan_of(*nodes[0], precise, coarse, isa);
     if (plans) plans[0] = p0;
-    const PackedActs first = packed_acts_of(*nodes[0], p0.plan);
-    size_t n = 1;
+    std::array<PackedActs, kMaxActFormats> formats{packed_acts_of(*nodes[0], p0.plan)};
+    size_t n = 1, n_formats = 1;
     // Each product's output must not be another's input (the shared x is none of theirs).
     while (n < nodes.size() && n < kMaxMulMatGroup && packed(*nodes[n]) && nodes[n]->src[1] == nodes[0]->src[1]) {
         const PackedProductPlan p = plan_of(*nodes[n], precise, coarse, isa);
-        if (packed_acts_of(*nodes[n], p.plan) != first) break;
+        const PackedActs a = packed_acts_of(*nodes[n], p.plan);
+        if (std::find(formats.begin(), formats.begin() + static_cast<std::ptrdiff_t>(n_formats), a) == formats.begin() + static_cast<std::ptrdiff_t>(n_formats)) {
+            if (n_formats == kMaxActFormats) break;
+            formats[n_formats++] = a;
+        }
         if (plans) plans[n] = p;
         ++n;
     }
     return n;
+}
+
+size_t mul_mat_group_scratch_bytes(std::span<Tensor* const> nodes, std::span<const PackedProductPlan> plans, int nth, bool precise) {
+    const size_t n = std::min({nodes.size(), plans.size(), kMaxMulMatGroup});
+    std::array<const Tensor*, kMaxMulMatGroup> ts{};
+    std::copy_n(nodes.begin(), n, ts.begin());
+    std::array<int, kMaxMulMatGroup> fmt{};
+    std::array<int, kMaxActFormats> first{};
+    const int n_formats = act_formats(std::span(ts).first(n), plans.first(n), fmt, first);
+    const Tensor& x = *nodes[0]->src[1];
+    return group_scratch(plans.first(n), std::span(first).first(static_cast<size_t>(n_formats)), x.ne[0], x.nrows(), precise, nth, nullptr).bytes;
 }
 
 void plan_idle_prefetch(std::span<const Tensor* const> nodes, int ith, int nth, size_t bytes, IdlePrefetch& idle) {
