@@ -100,23 +100,23 @@ PackedProductPlan plan_of(const Tensor& t, bool precise, bool coarse, Isa isa) {
 }
 
 // Where a group's activation tiles (one per activation format, in order of first use) and each
-// thread's gemm scratch lie in the op's scratch at `base`: the first tile at base itself (as
-// before there were several: base sits at 16 mod 64 here, and the tiles 64-aligned made 1b Q4_0
-// generation 1.3% slower, not understood), later ones and the gemm scratch from a cache line.
-// bytes: what the layout may take at any base (scratch_bytes).
+// thread's gemm scratch lie in the op's scratch, in bytes from its start (at address `base`): the
+// first tile at the start itself (as before there were several: the start sits at 16 mod 64 here,
+// and the tiles 64-aligned made 1b Q4_0 generation 1.3% slower, not understood), later ones and
+// the gemm scratch from a cache line. bytes: what the layout may take at any base (scratch_bytes).
 struct GroupScratch {
-    std::array<uint8_t*, kMaxActFormats> tile{};
-    uint8_t* gemm = nullptr;  // thread ith's at gemm + ith * per_thread
+    std::array<size_t, kMaxActFormats> tile{};
+    size_t gemm = 0;  // thread ith's at gemm + ith * per_thread
     size_t per_thread = 0, bytes = 0;
 };
-GroupScratch group_scratch(std::span<const PackedProductPlan> plans, std::span<const int> first, int64_t K, int64_t M, bool precise, int nth,
-                           uint8_t* base) {
-    auto line_up = [](uint8_t* p) { return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64); };
+GroupScratch group_scratch(std::span<const PackedProductPlan> plans, std::span<const size_t> first, int64_t K, int64_t M, bool precise, int nth,
+                           uintptr_t base) {
+    auto line_up = [base](size_t off) { return static_cast<size_t>((base + off + 63) / 64 * 64 - base); };
     GroupScratch s;
-    uint8_t* end = base;
+    size_t end = 0;
     for (size_t f = 0; f < first.size(); ++f) {
-        const size_t act = packed_act_bytes(*plans[static_cast<size_t>(first[f])].kernels, K, M, precise);
-        s.tile[f] = f == 0 ? base : line_up(end);
+        const size_t act = packed_act_bytes(*plans[first[f]].kernels, K, M, precise);
+        s.tile[f] = f == 0 ? 0 : line_up(end);
         end = s.tile[f] + act;
         s.bytes += act + (f == 0 ? 0 : 64);
     }
@@ -128,15 +128,20 @@ GroupScratch group_scratch(std::span<const PackedProductPlan> plans, std::span<c
     return s;
 }
 
-// The activation formats of a group's products: fmt[i] for product i, first[f] its first product.
-int act_formats(std::span<const Tensor* const> ts, std::span<const PackedProductPlan> plans, std::array<int, kMaxMulMatGroup>& fmt,
-                std::array<int, kMaxActFormats>& first) {
-    int n = 0;
+// The activation formats of a group's products (mul_mat_group_size keeps them to kMaxActFormats):
+// fmt[i] for product i, first[f] the first product of format f. Returns how many.
+size_t act_formats(std::span<const Tensor* const> ts, std::span<const PackedProductPlan> plans, std::array<size_t, kMaxMulMatGroup>& fmt,
+                   std::array<size_t, kMaxActFormats>& first) {
+    std::array<PackedActs, kMaxActFormats> seen{};
+    size_t n = 0;
     for (size_t i = 0; i < ts.size(); ++i) {
         const PackedActs a = packed_acts_of(*ts[i], plans[i].plan);
-        int f = 0;
-        while (f < n && packed_acts_of(*ts[static_cast<size_t>(first[static_cast<size_t>(f)])], plans[static_cast<size_t>(first[static_cast<size_t>(f)])].plan) != a) ++f;
-        if (f == n) first[static_cast<size_t>(n++)] = static_cast<int>(i);  // mul_mat_group_size keeps n <= kMaxActFormats
+        size_t f = 0;
+        while (f < n && seen[f] != a) ++f;
+        if (f == n) {
+            seen[n] = a;
+            first[n++] = i;
+        }
         fmt[i] = f;
     }
     return n;
@@ -159,16 +164,16 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
         float* y;
         int64_t y_stride;
         int64_t g_end;       // this product's groups end here in the joint index space
-        int fmt;             // its activation format
+        size_t fmt;          // its activation format
     };
     const size_t n_parts = std::min(ts.size(), kMaxMulMatGroup);
     std::array<PackedProductPlan, kMaxMulMatGroup> plans{};
     for (size_t i = 0; i < n_parts; ++i) plans[i] = ctx.products ? ctx.products[i] : plan_of(*ts[i], ctx.precise, ctx.coarse, ctx.isa);
-    std::array<int, kMaxMulMatGroup> fmt{};
-    std::array<int, kMaxActFormats> first{};
-    const int n_formats = act_formats(ts.first(n_parts), std::span(plans).first(n_parts), fmt, first);
-    const GroupScratch layout = group_scratch(std::span(plans).first(n_parts), std::span(first).first(static_cast<size_t>(n_formats)), K, M,
-                                              ctx.precise, ctx.nth, ctx.scratch);
+    std::array<size_t, kMaxMulMatGroup> fmt{};
+    std::array<size_t, kMaxActFormats> first{};
+    const size_t n_formats = act_formats(ts.first(n_parts), std::span(plans).first(n_parts), fmt, first);
+    const GroupScratch layout = group_scratch(std::span(plans).first(n_parts), std::span(first).first(n_formats), K, M, ctx.precise, ctx.nth,
+                                              reinterpret_cast<uintptr_t>(ctx.scratch));
     std::array<Part, kMaxMulMatGroup> parts{};
     int64_t n_groups = 0;
     for (size_t i = 0; i < n_parts; ++i) {
@@ -185,12 +190,12 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
     // (bench_gemm QuantizeAct, precise) while the others waited. 1b Q4_0 tg32, AMX Xeon, 4
     // alternated runs with --profile: ffn_down's products 0.98-0.985 x the time, the token
     // 0.990-0.996.
-    for (int f = 0; f < n_formats; ++f) {
-        const PackedPlan& plan = plans[static_cast<size_t>(first[static_cast<size_t>(f)])].plan;
+    for (size_t f = 0; f < n_formats; ++f) {
+        const PackedPlan& plan = plans[first[f]].plan;
         // The first format's tile starts the scratch: an earlier node may have left it there.
         const PackedActs acts = packed_acts_of(*ts[0], plan);
         if (f == 0 && ctx.acts && *ctx.acts == acts) continue;
-        uint8_t* const tiles = layout.tile[static_cast<size_t>(f)];
+        uint8_t* const tiles = ctx.scratch + layout.tile[f];
         const bool split_blocks = M < ctx.nth && !plan.k->tile_bytes && plan.tile_rows == kActTile;
         int64_t r0 = 0, r1 = M, b0 = 0, b1 = K / 32;
         if (split_blocks) {
@@ -211,7 +216,7 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
         if (f == 0 && ctx.acts) *ctx.acts = acts;
     }
     // This thread's gemm scratch, the largest any product of the group takes.
-    uint8_t* gemm_scratch = layout.per_thread ? layout.gemm + static_cast<size_t>(ctx.ith) * layout.per_thread : nullptr;
+    uint8_t* gemm_scratch = layout.per_thread ? ctx.scratch + layout.gemm + static_cast<size_t>(ctx.ith) * layout.per_thread : nullptr;
     const int64_t chunk = matmul_chunk_groups(n_groups, ctx.nth);
     if (ctx.work && ctx.ith == 0) ctx.work->reset(n_groups, ctx.nth);
     ctx.barrier();  // activations ready (and the work regions set) for every thread
@@ -226,7 +231,7 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
                                 .w = p.w + static_cast<size_t>(l0) * p.group_bytes,
                                 .w_group_bytes = p.group_bytes,
                                 .n_groups = e - g0,
-                                .x = layout.tile[static_cast<size_t>(p.fmt)],
+                                .x = ctx.scratch + layout.tile[p.fmt],
                                 .M = M,
                                 .pairs = plans[i].plan.pairs,
                                 .y = p.y + l0 * kPackRows,
@@ -273,11 +278,11 @@ size_t mul_mat_group_scratch_bytes(std::span<Tensor* const> nodes, std::span<con
     const size_t n = std::min({nodes.size(), plans.size(), kMaxMulMatGroup});
     std::array<const Tensor*, kMaxMulMatGroup> ts{};
     std::copy_n(nodes.begin(), n, ts.begin());
-    std::array<int, kMaxMulMatGroup> fmt{};
-    std::array<int, kMaxActFormats> first{};
-    const int n_formats = act_formats(std::span(ts).first(n), plans.first(n), fmt, first);
+    std::array<size_t, kMaxMulMatGroup> fmt{};
+    std::array<size_t, kMaxActFormats> first{};
+    const size_t n_formats = act_formats(std::span(ts).first(n), plans.first(n), fmt, first);
     const Tensor& x = *nodes[0]->src[1];
-    return group_scratch(plans.first(n), std::span(first).first(static_cast<size_t>(n_formats)), x.ne[0], x.nrows(), precise, nth, nullptr).bytes;
+    return group_scratch(plans.first(n), std::span(first).first(n_formats), x.ne[0], x.nrows(), precise, nth, 0).bytes;
 }
 
 void plan_idle_prefetch(std::span<const Tensor* const> nodes, int ith, int nth, size_t bytes, IdlePrefetch& idle) {
