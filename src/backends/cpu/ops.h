@@ -98,9 +98,8 @@ void op_mul_mat(const Tensor& t, ComputeContext& ctx);
 // none; at most kMaxMulMatGroup): packed weights taking at most kMaxActFormats activation formats
 // under this precision. op_mul_mat_group computes them (all with ctx.precise as for the first).
 // plans (optional, room for kMaxMulMatGroup): each product's plan, for ComputeContext::products.
-// Up to kMaxActFormats activation formats in one group (Q4_K and Q6_K products: two tiles).
 inline constexpr size_t kMaxMulMatGroup = 4;
-inline constexpr size_t kMaxActFormats = 2;
+inline constexpr size_t kMaxActFormats = 2;  // each in its own tile (Q4_K and Q6_K products: two)
 static_assert(IdlePrefetch::kMaxRanges >= kMaxMulMatGroup, "IdlePrefetch: one range per product of a group");
 // Plans what thread ith asks for while it waits before the products `nodes` (a group as
 // op_mul_mat_group runs it, or one product): the first `bytes` of the packed weights it computes

@@ -128,23 +128,30 @@ GroupScratch group_scratch(std::span<const PackedProductPlan> plans, std::span<c
     return s;
 }
 
+// The activation formats seen so far in a group, in order of first use.
+struct ActFormats {
+    std::array<PackedActs, kMaxActFormats> seen{};
+    size_t n = 0;
+    // a's index, added when new; kMaxActFormats when it is new and there is no room.
+    size_t index(const PackedActs& a) {
+        size_t f = 0;
+        while (f < n && seen[f] != a) ++f;
+        if (f == n && n < kMaxActFormats) seen[n++] = a;
+        return f;
+    }
+};
+
 // The activation formats of a group's products (mul_mat_group_size keeps them to kMaxActFormats):
 // fmt[i] for product i, first[f] the first product of format f. Returns how many.
 size_t act_formats(std::span<const Tensor* const> ts, std::span<const PackedProductPlan> plans, std::array<size_t, kMaxMulMatGroup>& fmt,
                    std::array<size_t, kMaxActFormats>& first) {
-    std::array<PackedActs, kMaxActFormats> seen{};
-    size_t n = 0;
+    ActFormats formats;
     for (size_t i = 0; i < ts.size(); ++i) {
-        const PackedActs a = packed_acts_of(*ts[i], plans[i].plan);
-        size_t f = 0;
-        while (f < n && seen[f] != a) ++f;
-        if (f == n) {
-            seen[n] = a;
-            first[n++] = i;
-        }
-        fmt[i] = f;
+        const size_t before = formats.n;
+        fmt[i] = formats.index(packed_acts_of(*ts[i], plans[i].plan));
+        if (formats.n > before) first[fmt[i]] = i;
     }
-    return n;
+    return formats.n;
 }
 
 // Weights in a packed layout: activations become q8 rows (two per row in precise mode: the
@@ -258,16 +265,13 @@ size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coa
     if (nodes.empty() || !packed(*nodes[0])) return 1;
     const PackedProductPlan p0 = plan_of(*nodes[0], precise, coarse, isa);
     if (plans) plans[0] = p0;
-    std::array<PackedActs, kMaxActFormats> formats{packed_acts_of(*nodes[0], p0.plan)};
-    size_t n = 1, n_formats = 1;
+    ActFormats formats;
+    formats.index(packed_acts_of(*nodes[0], p0.plan));
+    size_t n = 1;
     // Each product's output must not be another's input (the shared x is none of theirs).
     while (n < nodes.size() && n < kMaxMulMatGroup && packed(*nodes[n]) && nodes[n]->src[1] == nodes[0]->src[1]) {
         const PackedProductPlan p = plan_of(*nodes[n], precise, coarse, isa);
-        const PackedActs a = packed_acts_of(*nodes[n], p.plan);
-        if (std::find(formats.begin(), formats.begin() + static_cast<std::ptrdiff_t>(n_formats), a) == formats.begin() + static_cast<std::ptrdiff_t>(n_formats)) {
-            if (n_formats == kMaxActFormats) break;
-            formats[n_formats++] = a;
-        }
+        if (formats.index(packed_acts_of(*nodes[n], p.plan)) == kMaxActFormats) break;  // a third format
         if (plans) plans[n] = p;
         ++n;
     }
