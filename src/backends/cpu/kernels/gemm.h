@@ -202,6 +202,15 @@ inline size_t packed_gemm_scratch_bytes(const PackedKernels& pk, int64_t K, int6
 //   prefetch_weights_part; without them 0.97); 128-token prompts Q4_0 1.04, Q8_0 1.01, Q4_K_M 1.01.
 //   Far distances (prefetcht0): Q4_0 4 and 12 KiB 4-6% slower than 6-8 KiB, Q8_0 alike from 4 to
 //   12 KiB. Not measured on Zen 4, which keeps its setting.
+// - AMD Zen 3 (family 19h without AVX-512): far into L2 only, as on Zen 4, but 2 KiB ahead. The
+//   AVX2 q4_0 / q8_0 generation tiles (precise: two activation rows per 288- or 544-byte block)
+//   consume a block in about 55 cycles; 16 KiB ahead the requests waited for fill buffers behind the
+//   hardware prefetchers'. Measured on 2 vCPUs of an EPYC (Zen 3, 512 KiB L2 per core), 2026-12-06,
+//   1b generation with both settings' libraries decoding token by token in one process
+//   (bench/ab_builds.c, both orders, 150 tokens each, B/A time): Q4_0 0.973 / 0.976, Q8_0 0.962 /
+//   0.953, Q4_K_M 0.993 / 1.004 (its tiles' requests run at least 6.5 KiB ahead, see
+//   prefetch_weights_part); 5 KiB ahead 0.95-0.97 (Q4_0), 8 KiB alike, 3 KiB within 1% of 5 KiB.
+//   Without any requests Q4_0 took 1.22 x the time.
 //
 // The settings are read once per tile call, into a local copy that the tile's loop passes to
 // prefetch_weights. Read inside the loop (a function-local static: its first-use guard, with
@@ -218,7 +227,7 @@ inline size_t packed_gemm_scratch_bytes(const PackedKernels& pk, int64_t K, int6
 struct WeightsPrefetch {
     bool near_l1;         // near requests (prefetch_weights; prefetch_weights_part always makes them)
     bool far_all_levels;  // far requests with prefetcht0 instead of prefetcht1
-    size_t far_bytes;     // how far ahead the far requests run (at least kL1Ahead + 1 KiB, + 2.5 KiB in pieces)
+    size_t far_bytes;     // how far ahead the far requests run (with near requests at least kL1Ahead + 1 KiB; in pieces + 2.5 KiB)
     bool q8_0_gen;        // the AVX-512 q8_0 generation tiles make requests (see below)
     bool float_weights;   // the F16/BF16 tiles make requests (see below)
 };
@@ -236,15 +245,11 @@ struct WeightsPrefetch {
 // 8 or 16 KiB: 11.8-19.1) against 21.4-22.4 without; kiln-bench tg32 on the 1b Q8_0 model, 3
 // alternated pairs: 27.3 / 30.6 / 30.9 -> 28.4 / 33.4 / 33.8 t/s. q4_0 still needs them there
 // (15.3-16.5 GB/s without, 23.4-27.9 with). Zen 5 and Intel were not measured this way.
-inline WeightsPrefetch weights_prefetch() {
-    static const WeightsPrefetch p = [] {  // constant for the process
-        const CpuFeatures& f = cpu_features();
-        const bool q8_0_gen = !(f.zen4 && f.avx512f), float_weights = !f.amd;
-        if (f.zen5) return WeightsPrefetch{.near_l1 = false, .far_all_levels = true, .far_bytes = 8192, .q8_0_gen = q8_0_gen, .float_weights = float_weights};
-        return WeightsPrefetch{.near_l1 = !f.amd, .far_all_levels = false, .far_bytes = f.amd ? size_t{16384} : size_t{6144}, .q8_0_gen = q8_0_gen, .float_weights = float_weights};
-    }();
-    return p;
-}
+// Constant for the process. Defined out of line (gemm_scalar.cpp): as an inline function its
+// function-local static was a unique symbol, which the dynamic linker shares between two builds of
+// the library loaded into one process (bench/ab_builds.c), so both ran whichever setting was
+// computed first.
+WeightsPrefetch weights_prefetch();
 constexpr size_t kPrefetchL1Bytes = 4096;
 // The far request for the line at p.
 inline void prefetch_far(const uint8_t* p, bool all_levels) {
@@ -256,9 +261,10 @@ inline void prefetch_far(const uint8_t* p, bool all_levels) {
 }
 // Prefetches the kBytes of weights at p: near (if wp.near_l1) from kL1Ahead and far from
 // wp.far_bytes ahead (wp: the tile's copy of weights_prefetch()).
+// Without near requests the far ones may run closer than the near distance (Zen 3's 2 KiB).
 template <size_t kBytes, size_t kL1Ahead = kPrefetchL1Bytes>
 inline void prefetch_weights(const WeightsPrefetch& wp, const uint8_t* p) {
-    const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + 1024);
+    const uint8_t* far = p + (wp.near_l1 ? std::max(wp.far_bytes, kL1Ahead + 1024) : wp.far_bytes);
 #pragma GCC unroll 64
     for (size_t off = 0; off < kBytes; off += 64) {
         if (wp.near_l1) prefetch_l1(p + kL1Ahead + off);

@@ -110,6 +110,18 @@ const PackedKernels* packed_scalar(Type t) {
 }
 }  // namespace detail
 
+WeightsPrefetch weights_prefetch() {
+    static const WeightsPrefetch p = [] {  // gemm.h
+        const CpuFeatures& f = cpu_features();
+        const bool q8_0_gen = !(f.zen4 && f.avx512f), float_weights = !f.amd;
+        if (f.zen5) return WeightsPrefetch{.near_l1 = false, .far_all_levels = true, .far_bytes = 8192, .q8_0_gen = q8_0_gen, .float_weights = float_weights};
+        const bool zen3 = f.zen4 && !f.avx512f;  // family 19h: Zen 4 has AVX-512, Zen 3 does not
+        const size_t far = zen3 ? size_t{2048} : f.amd ? size_t{16384} : size_t{6144};
+        return WeightsPrefetch{.near_l1 = !f.amd, .far_all_levels = false, .far_bytes = far, .q8_0_gen = q8_0_gen, .float_weights = float_weights};
+    }();
+    return p;
+}
+
 const PackedKernels* packed_kernels(Type t, Isa isa) {
 #if defined(KILN_ARCH_X86)
     if (isa == Isa::Avx512) {
