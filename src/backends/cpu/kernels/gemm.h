@@ -210,7 +210,9 @@ inline size_t packed_gemm_scratch_bytes(const PackedKernels& pk, int64_t K, int6
 //   (bench/ab_builds.c, both orders, 150 tokens each, B/A time): Q4_0 0.973 / 0.976, Q8_0 0.962 /
 //   0.953, Q4_K_M 0.993 / 1.004 (its tiles' requests run at least 6.5 KiB ahead, see
 //   prefetch_weights_part); 5 KiB ahead 0.95-0.97 (Q4_0), 8 KiB alike, 3 KiB within 1% of 5 KiB.
-//   Without any requests Q4_0 took 1.22 x the time.
+//   Without any requests Q4_0 took 1.22 x the time. The K-quant tiles' pieces (prefetch_weights_part)
+//   then make only far requests 2 KiB ahead too (WeightsPrefetch::far_only), not near ones 2 super-
+//   blocks ahead and far ones 6.5 KiB: Q4_K_M generation 0.996 / 0.983 / 0.979 / 0.997 x the time.
 //
 // The settings are read once per tile call, into a local copy that the tile's loop passes to
 // prefetch_weights. Read inside the loop (a function-local static: its first-use guard, with
@@ -225,11 +227,12 @@ inline size_t packed_gemm_scratch_bytes(const PackedKernels& pk, int64_t K, int6
 // q4_0 / Q4_K quant register instead of one per use; Q6_K's shared bits loaded once for 4
 // blocks): 0.65-0.78 x the time in L2, but the model streamed slower, Q4_K_M 1.04-1.08.
 struct WeightsPrefetch {
-    bool near_l1;         // near requests (prefetch_weights; prefetch_weights_part always makes them)
+    bool near_l1;         // near requests (prefetch_weights; prefetch_weights_part makes them unless far_only)
     bool far_all_levels;  // far requests with prefetcht0 instead of prefetcht1
     size_t far_bytes;     // how far ahead the far requests run (with near requests at least kL1Ahead + 1 KiB; in pieces + 2.5 KiB)
     bool q8_0_gen;        // the AVX-512 q8_0 generation tiles make requests (see below)
     bool float_weights;   // the F16/BF16 tiles make requests (see below)
+    bool far_only = false;  // prefetch_weights_part too makes only far requests, far_bytes ahead (Zen 3)
 };
 // F16/BF16 weights (the float tiles of gemm_float_*.cpp) stream without software requests on
 // AMD: Zen 4's hardware prefetchers follow that stream alone, and the requests only took fill
@@ -315,6 +318,11 @@ inline void prefetch_weights_part(const WeightsPrefetch& wp, const uint8_t* p, i
     const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + kFarPastNearBytes);
     const size_t first = static_cast<size_t>(part) * kChunk;
     compiler_fence();
+    if (wp.far_only) {
+        for (size_t off = first; off < first + kChunk && off < kBytes; off += 64) prefetch_far(p + wp.far_bytes + off, wp.far_all_levels);
+        compiler_fence();
+        return;
+    }
     for (size_t off = first; off < first + kChunk && off < kBytes; off += 64) {
         prefetch_l1(p + kL1Ahead + off);
         prefetch_far(far + off, wp.far_all_levels);
