@@ -1,9 +1,11 @@
 /* Compares two builds of libkiln in one process: each is dlopen'ed privately (RTLD_LOCAL |
- * RTLD_DEEPBIND, so each keeps its own kernels and state), loads the model and decodes, and
- * the two contexts take turns, token by token (generation) or call by call (prompts). Both
- * then see the same memory phases of a shared machine, which separate kiln-bench runs do not:
- * on the 2-vCPU VMs this project measures on, the streaming bandwidth moves by 30-50% within
- * minutes. Reported: each build's median t/s and the median of the per-step time ratios B/A
+ * RTLD_DEEPBIND, so each keeps its own kernels and state; not its STB_GNU_UNIQUE symbols, the
+ * function-local statics of inline functions among them, `nm -D` type 'u': the dynamic linker
+ * shares those, so a setting the two builds differ in must not live there), loads the model and
+ * decodes, and the two contexts take turns, token by token (generation) or call by call
+ * (prompts). Both then see the same memory phases of a shared machine, which separate kiln-bench
+ * runs do not: on the 2-vCPU VMs this project measures on, the streaming bandwidth moves by 30-50%
+ * within minutes. Reported: each build's median t/s and the median of the per-step time ratios B/A
  * with its quartiles.
  *
  * The model loaded second can land differently in memory (fewer huge pages, say): run both

@@ -202,17 +202,17 @@ inline size_t packed_gemm_scratch_bytes(const PackedKernels& pk, int64_t K, int6
 //   prefetch_weights_part; without them 0.97); 128-token prompts Q4_0 1.04, Q8_0 1.01, Q4_K_M 1.01.
 //   Far distances (prefetcht0): Q4_0 4 and 12 KiB 4-6% slower than 6-8 KiB, Q8_0 alike from 4 to
 //   12 KiB. Not measured on Zen 4, which keeps its setting.
-// - AMD Zen 3 (family 19h without AVX-512): far into L2 only, as on Zen 4, but 2 KiB ahead. The
-//   AVX2 q4_0 / q8_0 generation tiles (precise: two activation rows per 288- or 544-byte block)
-//   consume a block in about 55 cycles; 16 KiB ahead the requests waited for fill buffers behind the
-//   hardware prefetchers'. Measured on 2 vCPUs of an EPYC (Zen 3, 512 KiB L2 per core), 2026-12-06,
-//   1b generation with both settings' libraries decoding token by token in one process
-//   (bench/ab_builds.c, both orders, 150 tokens each, B/A time): Q4_0 0.973 / 0.976, Q8_0 0.962 /
-//   0.953, Q4_K_M 0.993 / 1.004 (its tiles' requests run at least 6.5 KiB ahead, see
-//   prefetch_weights_part); 5 KiB ahead 0.95-0.97 (Q4_0), 8 KiB alike, 3 KiB within 1% of 5 KiB.
-//   Without any requests Q4_0 took 1.22 x the time. The K-quant tiles' pieces (prefetch_weights_part)
-//   then make only far requests 2 KiB ahead too (WeightsPrefetch::far_only), not near ones 2 super-
-//   blocks ahead and far ones 6.5 KiB: Q4_K_M generation 0.996 / 0.983 / 0.979 / 0.997 x the time.
+// - AMD Zen 3 (family 19h without AVX-512): far into L2 only, as on Zen 4, but 2 KiB ahead (why
+//   nearer requests serve the AVX2 tiles better there was not measured; their arithmetic is not
+//   the bound: fast precision, half of it, streamed no faster). Measured on 2 vCPUs of an EPYC
+//   (Zen 3, 512 KiB L2 per core), 2026-12-06, 1b generation with both settings' libraries decoding
+//   token by token in one process (bench/ab_builds.c, both orders, 150 tokens each, B/A time):
+//   Q4_0 0.973 / 0.976, Q8_0 0.962 / 0.953, Q4_K_M 0.993 / 1.004 (its tiles' requests then ran at
+//   least 6.5 KiB ahead, see prefetch_weights_part); 5 KiB ahead 0.95-0.97 (Q4_0), 8 KiB alike, 3 KiB
+//   within 1% of 5 KiB. Without any requests Q4_0 took 1.22 x the time. The K-quant tiles' pieces
+//   (prefetch_weights_part) make only far requests, 2 KiB ahead, too (WeightsPrefetch::far_only),
+//   instead of near ones 2 super-blocks ahead and far ones 6.5 KiB: Q4_K_M generation 0.996 /
+//   0.983 / 0.979 / 0.997 x the time.
 //
 // The settings are read once per tile call, into a local copy that the tile's loop passes to
 // prefetch_weights. Read inside the loop (a function-local static: its first-use guard, with
