@@ -216,13 +216,17 @@ struct AttnSetup {
 };
 
 // isa empty: the row-wise loop above (single-threaded); otherwise op_attention with KILN_CPU set.
+// copies > 1: the runs cycle over that many copies of the cache (a layer's each, as the model's
+// generation does), so K and V come from memory rather than the last-level cache.
 void BM_attention(benchmark::State& state, std::optional<Isa> isa, int64_t n_tokens, int64_t n_kv, int n_threads,
-                  bool k_panels, bool interleaved) {
+                  bool k_panels, bool interleaved, int copies) {
     if (isa && !kiln::cpu::isa_supported(*isa)) {
         state.SkipWithError("instruction set not supported here");
         return;
     }
     AttnSetup s(n_tokens, n_kv, Type::F16, k_panels, interleaved);
+    std::vector<std::vector<uint8_t>> kc(static_cast<size_t>(copies - 1), s.kv_k), vc(static_cast<size_t>(copies - 1), s.kv_v);
+    int64_t run = 0;
     const char* old_env = std::getenv("KILN_CPU");
     const std::string saved = old_env ? old_env : "";
     if (isa) setenv("KILN_CPU", std::string(kiln::cpu::isa_name(*isa)).c_str(), 1);
@@ -230,6 +234,12 @@ void BM_attention(benchmark::State& state, std::optional<Isa> isa, int64_t n_tok
     std::vector<uint8_t> scratch(kiln::cpu::scratch_bytes(s.out, n_threads, false, kiln::cpu::selected_isa()));
     std::vector<float> buf;
     for (auto _ : state) {
+        if (copies > 1) {
+            const auto c = static_cast<size_t>(run++ % copies);
+            uint8_t* kd = c == 0 ? s.kv_k.data() : kc[c - 1].data();
+            s.k_cache.data = s.k.data = kd;
+            s.v.data = c == 0 ? s.kv_v.data() : vc[c - 1].data();
+        }
         if (!isa) {
             attn_rowwise(s.out, buf);
         } else {
@@ -264,13 +274,29 @@ void register_attention() {
         const char* name;
         int64_t n_tokens, n_kv;
         bool interleaved = false;
+        int copies = 1;
     };
-    // x32_kv1056: batched decoding, 32 sequences of 16 prompt cells + 17 decoded ones each
+    // x32_kv1056: batched decoding, 32 sequences of 16 prompt cells + 17 decoded ones each;
+    // tg1_kv4096_dram: 22 layers' caches in turn (88 MiB, the 1b model's at depth 4096), K in panels
     for (const Shape& sh : {Shape{"tg1_kv4096", 1, 4096}, Shape{"tg1_kv512", 1, 512}, Shape{"pp512_kv512", 512, 512},
-                            Shape{"x32_kv1056", 32, 32 * (AttnSetup::kPrefix + 17), true}}) {
+                            Shape{"x32_kv1056", 32, 32 * (AttnSetup::kPrefix + 17), true},
+                            Shape{"tg1_kv4096_dram", 1, 4096, false, 22}}) {
         const std::string base = std::string("attn_") + sh.name + "/f16/";
+        if (sh.copies > 1) {
+            for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Neon}) {
+                if (!kiln::cpu::isa_supported(isa)) continue;
+                for (int nth : {1, 2}) {
+                    const std::string name = base + "k_panels/" + std::string(kiln::cpu::isa_name(isa)) + "/t" + std::to_string(nth);
+                    benchmark::RegisterBenchmark(name.c_str(), BM_attention, std::optional<Isa>(isa), sh.n_tokens, sh.n_kv, nth,
+                                                 true, false, sh.copies)
+                        ->Unit(benchmark::kMicrosecond)
+                        ->UseRealTime();
+                }
+            }
+            continue;
+        }
         benchmark::RegisterBenchmark((base + "rowwise_before/t1").c_str(), BM_attention, std::nullopt, sh.n_tokens,
-                                     sh.n_kv, 1, false, sh.interleaved)
+                                     sh.n_kv, 1, false, sh.interleaved, 1)
             ->Unit(benchmark::kMicrosecond);
         // K as rows (what q8_0 caches keep) and in panels (the F16 cache of the model)
         for (bool panels : {false, true}) {
@@ -280,7 +306,7 @@ void register_attention() {
                     const std::string name = base + (panels ? "k_panels/" : "k_rows/") + std::string(kiln::cpu::isa_name(isa)) +
                                              "/t" + std::to_string(nth);
                     benchmark::RegisterBenchmark(name.c_str(), BM_attention, std::optional<Isa>(isa), sh.n_tokens, sh.n_kv,
-                                                 nth, panels, sh.interleaved)
+                                                 nth, panels, sh.interleaved, 1)
                         ->Unit(benchmark::kMicrosecond)
                         ->UseRealTime();
                 }
