@@ -315,16 +315,11 @@ inline constexpr size_t kLineNearBytes = 7168, kLineFarBytes = 10240;
 template <size_t kBytes, int kParts, size_t kL1Ahead = kPrefetchL1Bytes>
 inline void prefetch_weights_part(const WeightsPrefetch& wp, const uint8_t* p, int part) {
     constexpr size_t kChunk = (kBytes + kParts * 64 - 1) / (kParts * 64) * 64;
-    const uint8_t* far = p + std::max(wp.far_bytes, kL1Ahead + kFarPastNearBytes);
+    const uint8_t* far = p + (wp.far_only ? wp.far_bytes : std::max(wp.far_bytes, kL1Ahead + kFarPastNearBytes));
     const size_t first = static_cast<size_t>(part) * kChunk;
     compiler_fence();
-    if (wp.far_only) {
-        for (size_t off = first; off < first + kChunk && off < kBytes; off += 64) prefetch_far(p + wp.far_bytes + off, wp.far_all_levels);
-        compiler_fence();
-        return;
-    }
     for (size_t off = first; off < first + kChunk && off < kBytes; off += 64) {
-        prefetch_l1(p + kL1Ahead + off);
+        if (!wp.far_only) prefetch_l1(p + kL1Ahead + off);
         prefetch_far(far + off, wp.far_all_levels);
     }
     compiler_fence();
