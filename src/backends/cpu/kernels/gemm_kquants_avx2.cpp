@@ -273,16 +273,15 @@ void decode_q6_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
     }
 }
 
-// kDecoded: wg is the group decoded by decode_q6_K.
-template <int R, int P, bool kPrefetch, bool kDecoded>
+// Prompts and small batches (generation: tile_q6_K_gen). kDecoded: wg is the group decoded by
+// decode_q6_K.
+template <int R, int P, bool kDecoded>
 void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float* y, int64_t y_stride) {
-    static_assert(!(kPrefetch && kDecoded));
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[R][2];
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
     alignas(32) Q6KScales scales;
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
@@ -296,9 +295,6 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float*
         const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
 #pragma GCC unroll 1
         for (int b = 0; b < 8; ++b) {  // activation block b: sub-blocks 2b, 2b+1
-            if constexpr (kPrefetch) {
-                prefetch_weights_part<sizeof(block_q6_Kx16), 8, kPrefetchBlocks * sizeof(block_q6_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk), b);
-            }
             const uint8_t* xb = xs + b * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile) + c0;
             const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile) + c0;
@@ -337,6 +333,92 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float*
     store_outputs<R, P>(acc, y, y_stride);
 }
 
+// Generation (NC <= 2 activation rows: one, or a row and its residual): as tile_q6_K over the
+// packed quants, but each sub-block's sums go against its bare scale into the super-block's sum
+// (a row and its residual into one), and d is applied once per super-block, as the AVX-512
+// tile_q6_K_gen does; the activation blocks are unrolled, so which bits of ql / qh a block takes
+// is known at compile time (in tile_q6_K's loop over them GCC branched on b % 4 for every chunk
+// and kept the accumulators in memory). On Zen 3 the Q6_K products were the slowest stream of
+// generation (1b Q4_K_M, kiln-bench --profile: logits 15.8 GiB/s against the Q4_K products'
+// 22.5). Measured there (2 vCPUs of an EPYC, 2026-12-06): bench_gemm q6_K/M:1/precise:1, one
+// thread, 3 alternated rounds, GB/s: from L3 (dram:0) 8.3-10.1 -> 11.9-14.4, from memory
+// (dram:1) 7.5-8.0 -> 8.3-11.1; 1b Q4_K_M generation (bench/ab_builds.c, both orders, 150
+// tokens, B/A time) 0.949 / 0.958, again 0.957 / 0.972; 128-token prompts unchanged (0.993 / 0.971).
+template <int NC, int P>
+void tile_q6_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float* y, int64_t y_stride) {
+    static_assert(NC <= 2 && NC % P == 0);
+    constexpr int NO = NC / P;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[NO][2];
+#pragma GCC unroll 2
+    for (int o = 0; o < NO; ++o) acc[o][0] = acc[o][1] = _mm256_setzero_ps();
+    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+#pragma GCC unroll 1
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
+        const uint8_t* xs = xt + sb * 8 * kActBlockBytes;
+        __m256 ss[NO][2];  // the super-block's sums against the bare scales
+#pragma GCC unroll 2
+        for (int o = 0; o < NO; ++o) ss[o][0] = ss[o][1] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int b = 0; b < 8; ++b) {  // activation block b: sub-blocks 2b, 2b+1
+            prefetch_weights_part<sizeof(block_q6_Kx16), 8, kPrefetchBlocks * sizeof(block_q6_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk), b);
+            const uint8_t* xb = xs + b * kActBlockBytes;
+            const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile) + c0;
+            const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile) + c0;
+#pragma GCC unroll 2
+            for (int sub = 0; sub < 2; ++sub) {
+                __m256i s[NC][2];
+#pragma GCC unroll 2
+                for (int k = 0; k < NC; ++k) s[k][0] = s[k][1] = _mm256_madd_epi16(_mm256_set1_epi32(xsums[k]), q6_K_offset(sub));
+#pragma GCC unroll 2
+                for (int c = 4 * sub; c < 4 * sub + 4; c += 2) {  // two chunks add in s16 (at most 32004)
+                    __m256i xa[NC], xn[NC];
+#pragma GCC unroll 2
+                    for (int k = 0; k < NC; ++k) {
+                        xa[k] = bcast32(xb + 32 * (c0 + k) + 4 * c);
+                        xn[k] = bcast32(xb + 32 * (c0 + k) + 4 * c + 4);
+                    }
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; ++h) {
+                        const __m256i wa = q6_K_chunk(blk, b, c, h), wb = q6_K_chunk(blk, b, c + 1, h);
+#pragma GCC unroll 2
+                        for (int k = 0; k < NC; ++k) {
+                            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa[k]), _mm256_maddubs_epi16(wb, xn[k]));
+                            s[k][h] = _mm256_add_epi32(s[k][h], _mm256_madd_epi16(p, ones));
+                        }
+                    }
+#pragma GCC unroll 2
+                    for (int k = 0; k < NC; ++k) keep_chain(s[k][0]), keep_chain(s[k][1]);
+                }
+                const int j = 2 * b + sub;  // sub-block: byte j % 4 of scales dword j / 4
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; ++h) {
+                    const __m256i sv = load256(reinterpret_cast<const uint8_t*>(blk->scales) + 64 * (j / 4) + 32 * h);
+                    const __m256 sc = _mm256_cvtepi32_ps(lane_byte_signed(sv, j % 4));
+#pragma GCC unroll 2
+                    for (int o = 0; o < NO; ++o) {
+                        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s[P * o][h]), _mm256_set1_ps(xd[P * o]));
+                        if constexpr (P == 2) f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[P * o + 1][h]), _mm256_set1_ps(xd[P * o + 1]), f);
+                        ss[o][h] = _mm256_fmadd_ps(f, sc, ss[o][h]);
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            const __m256 d = fp16x8(blk->d + 8 * h);
+#pragma GCC unroll 2
+            for (int o = 0; o < NO; ++o) acc[o][h] = _mm256_fmadd_ps(ss[o][h], d, acc[o][h]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int o = 0; o < NO; ++o) {
+        _mm256_storeu_ps(y + o * y_stride, acc[o][0]);
+        _mm256_storeu_ps(y + o * y_stride + 8, acc[o][1]);
+    }
+}
+
 using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, int, float*, int64_t);
 
 template <template <int, int, bool, bool> class T>
@@ -363,7 +445,11 @@ struct Q4K {
 };
 template <int R, int P, bool kPrefetch, bool kDecoded>
 struct Q6K {
-    static constexpr TileFn f = tile_q6_K<R, P, kPrefetch, kDecoded>;
+    static constexpr TileFn f = tile_q6_K<R, P, kDecoded>;
+};
+template <int R, int P>
+struct Q6K<R, P, true, false> {
+    static constexpr TileFn f = tile_q6_K_gen<R, P>;
 };
 
 template <template <int, int, bool, bool> class T, void (*kDecode)(const uint8_t*, int64_t, uint8_t*)>
