@@ -210,9 +210,14 @@ inline size_t packed_gemm_scratch_bytes(const PackedKernels& pk, int64_t K, int6
 //   Q4_0 0.973 / 0.976, Q8_0 0.962 / 0.953, Q4_K_M 0.993 / 1.004 (its tiles' requests then ran at
 //   least 6.5 KiB ahead, see prefetch_weights_part); 5 KiB ahead 0.95-0.97 (Q4_0), 8 KiB alike, 3 KiB
 //   within 1% of 5 KiB. Without any requests Q4_0 took 1.22 x the time. The K-quant tiles' pieces
-//   (prefetch_weights_part) make only far requests, 2 KiB ahead, too (WeightsPrefetch::far_only),
-//   instead of near ones 2 super-blocks ahead and far ones 6.5 KiB: Q4_K_M generation 0.996 /
-//   0.983 / 0.979 / 0.997 x the time.
+//   (prefetch_weights_part) make only far requests too (WeightsPrefetch::part_far_bytes), instead of
+//   near ones 2 super-blocks ahead and far ones 6.5 KiB: 2 KiB ahead, Q4_K_M generation 0.996 /
+//   0.983 / 0.979 / 0.997 x the time; then (with the unrolled Q6_K generation tile) 4 KiB ahead
+//   against 2: Q6_K alone 0.963 / 0.969 / 0.960 / 0.966, Q4_K too 0.972 / 0.989 / 0.992 / 0.986 /
+//   0.994 / 0.995 more (both at 4 KiB against 2, later, geometric means of both orders: 0.984 /
+//   0.980 / 0.985); Q6_K 6 KiB ahead alike (1.001 / 0.998 / 0.994 / 1.001 x 4 KiB). One thread
+//   streaming 512 MiB of Q6_K (bench_gemm q6_K/M:1/precise:1/dram:1, 3 rounds, GB/s): 2 KiB
+//   10.7 / 12.5 / 11.6, 4 KiB 12.9 / 14.5 / 14.8, 6 KiB 12.0 / 12.6 / 14.2, 8 KiB 11.1 / 14.7 / 12.3.
 //
 // The settings are read once per tile call, into a local copy that the tile's loop passes to
 // prefetch_weights. Read inside the loop (a function-local static: its first-use guard, with
@@ -227,12 +232,12 @@ inline size_t packed_gemm_scratch_bytes(const PackedKernels& pk, int64_t K, int6
 // q4_0 / Q4_K quant register instead of one per use; Q6_K's shared bits loaded once for 4
 // blocks): 0.65-0.78 x the time in L2, but the model streamed slower, Q4_K_M 1.04-1.08.
 struct WeightsPrefetch {
-    bool near_l1;         // near requests (prefetch_weights; prefetch_weights_part makes them unless far_only)
+    bool near_l1;         // near requests (prefetch_weights; prefetch_weights_part makes them unless part_far_bytes)
     bool far_all_levels;  // far requests with prefetcht0 instead of prefetcht1
     size_t far_bytes;     // how far ahead the far requests run (with near requests at least kL1Ahead + 1 KiB; in pieces + 2.5 KiB)
     bool q8_0_gen;        // the AVX-512 q8_0 generation tiles make requests (see below)
     bool float_weights;   // the F16/BF16 tiles make requests (see below)
-    bool far_only = false;  // prefetch_weights_part too makes only far requests, far_bytes ahead (Zen 3)
+    size_t part_far_bytes = 0;  // > 0: prefetch_weights_part makes only far requests, this far ahead (Zen 3)
 };
 // F16/BF16 weights (the float tiles of gemm_float_*.cpp) stream without software requests on
 // AMD: Zen 4's hardware prefetchers follow that stream alone, and the requests only took fill
@@ -315,11 +320,12 @@ inline constexpr size_t kLineNearBytes = 7168, kLineFarBytes = 10240;
 template <size_t kBytes, int kParts, size_t kL1Ahead = kPrefetchL1Bytes>
 inline void prefetch_weights_part(const WeightsPrefetch& wp, const uint8_t* p, int part) {
     constexpr size_t kChunk = (kBytes + kParts * 64 - 1) / (kParts * 64) * 64;
-    const uint8_t* far = p + (wp.far_only ? wp.far_bytes : std::max(wp.far_bytes, kL1Ahead + kFarPastNearBytes));
+    const bool far_only = wp.part_far_bytes > 0;
+    const uint8_t* far = p + (far_only ? wp.part_far_bytes : std::max(wp.far_bytes, kL1Ahead + kFarPastNearBytes));
     const size_t first = static_cast<size_t>(part) * kChunk;
     compiler_fence();
     for (size_t off = first; off < first + kChunk && off < kBytes; off += 64) {
-        if (!wp.far_only) prefetch_l1(p + kL1Ahead + off);
+        if (!far_only) prefetch_l1(p + kL1Ahead + off);
         prefetch_far(far + off, wp.far_all_levels);
     }
     compiler_fence();
