@@ -273,11 +273,36 @@ void decode_q6_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
     }
 }
 
+// s32 sums of sub-block 2 b + sub against R activation rows ([row][half], one lane per weight
+// row), from the -32 offset on (chunk(b, c, h): the quants, packed or decoded).
+template <int R, class Chunk>
+__attribute__((always_inline)) inline void q6_K_sub_sums(const Chunk& chunk, const uint8_t* xb, int c0, int b, int sub,
+                                                         __m256i (&s)[R][2]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile) + c0;
+#pragma GCC unroll 4
+    for (int k = 0; k < R; ++k) s[k][0] = s[k][1] = _mm256_madd_epi16(_mm256_set1_epi32(xsums[k]), q6_K_offset(sub));
+#pragma GCC unroll 2
+    for (int c = 4 * sub; c < 4 * sub + 4; c += 2) {  // two chunks add in s16 (at most 32004)
+        const __m256i wa0 = chunk(b, c, 0), wa1 = chunk(b, c, 1);
+        const __m256i wb0 = chunk(b, c + 1, 0), wb1 = chunk(b, c + 1, 1);
+#pragma GCC unroll 4
+        for (int k = 0; k < R; ++k) {
+            const __m256i xa = bcast32(xb + 32 * (c0 + k) + 4 * c), xn = bcast32(xb + 32 * (c0 + k) + 4 * c + 4);
+            const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(wa0, xa), _mm256_maddubs_epi16(wb0, xn));
+            const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(wa1, xa), _mm256_maddubs_epi16(wb1, xn));
+            s[k][0] = _mm256_add_epi32(s[k][0], _mm256_madd_epi16(p0, ones));
+            s[k][1] = _mm256_add_epi32(s[k][1], _mm256_madd_epi16(p1, ones));
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < R; ++k) keep_chain(s[k][0]), keep_chain(s[k][1]);
+    }
+}
+
 // Prompts and small batches (generation: tile_q6_K_gen). kDecoded: wg is the group decoded by
 // decode_q6_K.
 template <int R, int P, bool kDecoded>
 void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float* y, int64_t y_stride) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[R][2];
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
@@ -297,27 +322,10 @@ void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float*
         for (int b = 0; b < 8; ++b) {  // activation block b: sub-blocks 2b, 2b+1
             const uint8_t* xb = xs + b * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile) + c0;
-            const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile) + c0;
 #pragma GCC unroll 2
             for (int sub = 0; sub < 2; ++sub) {
                 __m256i s[R][2];
-#pragma GCC unroll 4
-                for (int k = 0; k < R; ++k) s[k][0] = s[k][1] = _mm256_madd_epi16(_mm256_set1_epi32(xsums[k]), q6_K_offset(sub));
-#pragma GCC unroll 2
-                for (int c = 4 * sub; c < 4 * sub + 4; c += 2) {  // two chunks add in s16 (at most 32004)
-                    const __m256i wa0 = chunk(b, c, 0), wa1 = chunk(b, c, 1);
-                    const __m256i wb0 = chunk(b, c + 1, 0), wb1 = chunk(b, c + 1, 1);
-#pragma GCC unroll 4
-                    for (int k = 0; k < R; ++k) {
-                        const __m256i xa = bcast32(xb + 32 * (c0 + k) + 4 * c), xb2 = bcast32(xb + 32 * (c0 + k) + 4 * c + 4);
-                        const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(wa0, xa), _mm256_maddubs_epi16(wb0, xb2));
-                        const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(wa1, xa), _mm256_maddubs_epi16(wb1, xb2));
-                        s[k][0] = _mm256_add_epi32(s[k][0], _mm256_madd_epi16(p0, ones));
-                        s[k][1] = _mm256_add_epi32(s[k][1], _mm256_madd_epi16(p1, ones));
-                    }
-#pragma GCC unroll 4
-                    for (int k = 0; k < R; ++k) keep_chain(s[k][0]), keep_chain(s[k][1]);
-                }
+                q6_K_sub_sums<R>(chunk, xb, c0, b, sub, s);
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; ++h) {
                     const __m256 ds = _mm256_load_ps(dsc[2 * b + sub][h]);
@@ -348,7 +356,6 @@ template <int NC, int P>
 void tile_q6_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float* y, int64_t y_stride) {
     static_assert(NC <= 2 && NC % P == 0);
     constexpr int NO = NC / P;
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[NO][2];
 #pragma GCC unroll 2
     for (int o = 0; o < NO; ++o) acc[o][0] = acc[o][1] = _mm256_setzero_ps();
@@ -365,32 +372,10 @@ void tile_q6_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, fl
             prefetch_weights_part<sizeof(block_q6_Kx16), 8, kPrefetchBlocks * sizeof(block_q6_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk), b);
             const uint8_t* xb = xs + b * kActBlockBytes;
             const auto* xd = reinterpret_cast<const float*>(xb + 32 * kActTile) + c0;
-            const auto* xsums = reinterpret_cast<const int32_t*>(xb + 36 * kActTile) + c0;
 #pragma GCC unroll 2
             for (int sub = 0; sub < 2; ++sub) {
                 __m256i s[NC][2];
-#pragma GCC unroll 2
-                for (int k = 0; k < NC; ++k) s[k][0] = s[k][1] = _mm256_madd_epi16(_mm256_set1_epi32(xsums[k]), q6_K_offset(sub));
-#pragma GCC unroll 2
-                for (int c = 4 * sub; c < 4 * sub + 4; c += 2) {  // two chunks add in s16 (at most 32004)
-                    __m256i xa[NC], xn[NC];
-#pragma GCC unroll 2
-                    for (int k = 0; k < NC; ++k) {
-                        xa[k] = bcast32(xb + 32 * (c0 + k) + 4 * c);
-                        xn[k] = bcast32(xb + 32 * (c0 + k) + 4 * c + 4);
-                    }
-#pragma GCC unroll 2
-                    for (int h = 0; h < 2; ++h) {
-                        const __m256i wa = q6_K_chunk(blk, b, c, h), wb = q6_K_chunk(blk, b, c + 1, h);
-#pragma GCC unroll 2
-                        for (int k = 0; k < NC; ++k) {
-                            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa[k]), _mm256_maddubs_epi16(wb, xn[k]));
-                            s[k][h] = _mm256_add_epi32(s[k][h], _mm256_madd_epi16(p, ones));
-                        }
-                    }
-#pragma GCC unroll 2
-                    for (int k = 0; k < NC; ++k) keep_chain(s[k][0]), keep_chain(s[k][1]);
-                }
+                q6_K_sub_sums<NC>([blk](int bb, int c, int h) { return q6_K_chunk(blk, bb, c, h); }, xb, c0, b, sub, s);
                 const int j = 2 * b + sub;  // sub-block: byte j % 4 of scales dword j / 4
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; ++h) {
