@@ -282,31 +282,21 @@ void register_attention() {
                             Shape{"x32_kv1056", 32, 32 * (AttnSetup::kPrefix + 17), true},
                             Shape{"tg1_kv4096_dram", 1, 4096, false, 22}}) {
         const std::string base = std::string("attn_") + sh.name + "/f16/";
-        if (sh.copies > 1) {
-            for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Neon}) {
-                if (!kiln::cpu::isa_supported(isa)) continue;
-                for (int nth : {1, 2}) {
-                    const std::string name = base + "k_panels/" + std::string(kiln::cpu::isa_name(isa)) + "/t" + std::to_string(nth);
-                    benchmark::RegisterBenchmark(name.c_str(), BM_attention, std::optional<Isa>(isa), sh.n_tokens, sh.n_kv, nth,
-                                                 true, false, sh.copies)
-                        ->Unit(benchmark::kMicrosecond)
-                        ->UseRealTime();
-                }
-            }
-            continue;
+        const bool dram = sh.copies > 1;  // the model's case only: K in panels, vector kernels
+        if (!dram) {
+            benchmark::RegisterBenchmark((base + "rowwise_before/t1").c_str(), BM_attention, std::nullopt, sh.n_tokens,
+                                         sh.n_kv, 1, false, sh.interleaved, 1)
+                ->Unit(benchmark::kMicrosecond);
         }
-        benchmark::RegisterBenchmark((base + "rowwise_before/t1").c_str(), BM_attention, std::nullopt, sh.n_tokens,
-                                     sh.n_kv, 1, false, sh.interleaved, 1)
-            ->Unit(benchmark::kMicrosecond);
         // K as rows (what q8_0 caches keep) and in panels (the F16 cache of the model)
         for (bool panels : {false, true}) {
             for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon}) {
-                if (!kiln::cpu::isa_supported(isa)) continue;
+                if (!kiln::cpu::isa_supported(isa) || (dram && (!panels || isa == Isa::Scalar))) continue;
                 for (int nth : {1, 2}) {
                     const std::string name = base + (panels ? "k_panels/" : "k_rows/") + std::string(kiln::cpu::isa_name(isa)) +
                                              "/t" + std::to_string(nth);
                     benchmark::RegisterBenchmark(name.c_str(), BM_attention, std::optional<Isa>(isa), sh.n_tokens, sh.n_kv,
-                                                 nth, panels, sh.interleaved, 1)
+                                                 nth, panels, sh.interleaved, sh.copies)
                         ->Unit(benchmark::kMicrosecond)
                         ->UseRealTime();
                 }
