@@ -86,32 +86,36 @@ inline __m256 load8(const uint8_t* row, int64_t d, int64_t rem) {
 }
 
 
-// ---- gemm: tiles of RB rows x 16 columns (N is a multiple of 16) -----------------------------
+// ---- gemm: tiles of RB rows x 8 CB columns (N is a multiple of 16) -------------------------
 
-// Full: all 16 columns of the tile are inside b_cols (no tail handling in the loop).
-template <int RB, Type T, bool Full>
+// Full: all 8 CB columns of the tile are inside b_cols (no tail handling in the loop).
+template <int RB, int CB, Type T, bool Full>
 void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride, int64_t j0, int64_t b_cols,
                float* C, int64_t ldc, const float* beta, const AttnPrefetch* pf) {
     PrefetchRows prefetch(pf);
-    __m256 acc[RB][2];
+    __m256 acc[RB][CB];
     KILN_UNROLL
-    for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    const int64_t rem0 = b_cols - j0, rem1 = b_cols - j0 - 8;
+    for (int r = 0; r < RB; ++r) {
+        KILN_UNROLL
+        for (int c = 0; c < CB; ++c) acc[r][c] = _mm256_setzero_ps();
+    }
     for (int64_t k = 0; k < K; ++k) {
         prefetch.step();
         const uint8_t* row = B + static_cast<size_t>(k) * b_stride;
-        const __m256 b0 = load8<T, Full>(row, j0, rem0), b1 = load8<T, Full>(row, j0 + 8, rem1);
+        __m256 b[CB];
+        KILN_UNROLL
+        for (int c = 0; c < CB; ++c) b[c] = load8<T, Full>(row, j0 + 8 * c, b_cols - j0 - 8 * c);
         KILN_UNROLL
         for (int r = 0; r < RB; ++r) {
             const __m256 a = _mm256_broadcast_ss(A + r * lda + k);
-            acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+            KILN_UNROLL
+            for (int c = 0; c < CB; ++c) acc[r][c] = _mm256_fmadd_ps(a, b[c], acc[r][c]);
         }
     }
     KILN_UNROLL
     for (int r = 0; r < RB; ++r) {
         KILN_UNROLL
-        for (int c = 0; c < 2; ++c) {
+        for (int c = 0; c < CB; ++c) {
             float* out = C + r * ldc + j0 + 8 * c;
             __m256 v = acc[r][c];
             if (beta) v = _mm256_fmadd_ps(_mm256_loadu_ps(out), _mm256_set1_ps(beta[r]), v);
@@ -123,8 +127,8 @@ void gemm_tile(int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t 
 using TileFn = void (*)(int64_t, const float*, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t,
                         const float*, const AttnPrefetch*);
 template <Type T, bool Full>
-constexpr TileFn kTiles[6] = {gemm_tile<1, T, Full>, gemm_tile<2, T, Full>, gemm_tile<3, T, Full>,
-                              gemm_tile<4, T, Full>, gemm_tile<5, T, Full>, gemm_tile<6, T, Full>};
+constexpr TileFn kTiles[6] = {gemm_tile<1, 2, T, Full>, gemm_tile<2, 2, T, Full>, gemm_tile<3, 2, T, Full>,
+                              gemm_tile<4, 2, T, Full>, gemm_tile<5, 2, T, Full>, gemm_tile<6, 2, T, Full>};
 
 template <Type T>
 void gemm_t(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const uint8_t* B, size_t b_stride,
@@ -134,14 +138,24 @@ void gemm_t(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const 
     // a quarter of the products). bench_kernels attn_tg1_kv4096/f16/k_panels/avx2/t1, Zen 3:
     // 687-690 -> 623-631 us.
     const int64_t n_row_tiles = (M + 5) / 6, row_step = (M + n_row_tiles - 1) / n_row_tiles;
+    // Tiles of 4 rows take 24 columns where they fit (12 FMA chains, as a 6-row tile has, where 16
+    // columns gave 8, just the FMAs' latency times their ports on Zen 3): N = 64 (the K panels, a
+    // 64-wide V) as 24 + 24 + 16. A remainder of 32 goes as 16 + 16 (N is a multiple of 16).
+    // bench_kernels attn_tg1_kv4096/f16/k_panels/avx2/t1, Zen 3, 5 alternated runs: 574-617 ->
+    // 534-606 us.
+    const bool wide = row_step == 4 && M % 4 == 0;  // (M = 7 would end on a 3-row tile)
     // The first tile issues the prefetches.
-    for (int64_t j = 0; j < N; j += 16) {
-        const TileFn* tiles = b_cols >= j + 16 ? kTiles<T, true> : kTiles<T, false>;
+    for (int64_t j = 0; j < N;) {
+        const int64_t left = N - j, w = wide && left >= 24 && left != 32 ? 24 : 16;
+        const bool full = b_cols >= j + w;
+        const TileFn* tiles = full ? kTiles<T, true> : kTiles<T, false>;
+        const TileFn wide_tile = full ? gemm_tile<4, 3, T, true> : gemm_tile<4, 3, T, false>;
         for (int64_t r = 0; r < M; r += row_step) {
             const int64_t rb = std::min<int64_t>(row_step, M - r);
-            tiles[rb - 1](K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc, beta ? beta + r : nullptr,
-                              j == 0 && r == 0 ? pf : nullptr);
+            (w == 24 ? wide_tile : tiles[rb - 1])(K, A + r * lda, lda, B, b_stride, j, b_cols, C + r * ldc, ldc,
+                                                   beta ? beta + r : nullptr, j == 0 && r == 0 ? pf : nullptr);
         }
+        j += w;
     }
 }
 
