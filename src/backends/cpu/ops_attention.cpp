@@ -230,14 +230,23 @@ bool products_request_own_stream(const WeightsPrefetch& wp) { return wp.near_l1 
 // b + i * stride): on CPUs whose weight tiles make near requests (Intel, kernels/gemm.h
 // weights_prefetch) its own stream further on, rows about 4 KiB ahead into L1 and 6 KiB into L2 as
 // the weights' tiles ask for theirs (the stream runs on through the item's next blocks, which follow
-// in the cache); elsewhere `next`, the next key block's rows (AMD, measured on Zen 4). On the AMX
-// Xeon the next block's rows alone held a fill buffer each for a whole memory latency: attention at
-// depth 4096 read its 88 MiB at 17-19 GiB/s where a plain read of the same blocks took 25.5; with
-// the near and far requests the op took 0.94-0.95 x the time (1b Q4_0, tg32 @ d4096, layers
-// alternating between the two in one process, 3 runs).
+// in the cache); on Zen 3 (wp.kv_far_bytes) its own stream 2 KiB ahead into L2 alone; elsewhere
+// `next`, the next key block's rows (AMD, measured on Zen 4). On the AMX Xeon the next block's rows
+// alone held a fill buffer each for a whole memory latency: attention at depth 4096 read its 88 MiB
+// at 17-19 GiB/s where a plain read of the same blocks took 25.5; with the near and far requests the
+// op took 0.94-0.95 x the time (1b Q4_0, tg32 @ d4096, layers alternating between the two in one
+// process, 3 runs). On Zen 3 `next` measured no better than no requests at all (bench_kernels
+// attn_tg1_kv4096_dram/f16/k_panels/avx2, t1 / t2 us, 3 alternated rounds: next 791-841 / 441-563,
+// none 808-883 / 432-463, own stream 2 KiB ahead 747-819 / 407-423; 4 KiB alike, 8 KiB 752-769 /
+// 435-597); 1b Q4_0 generation at depth 4096 (bench/ab_builds.c, both orders) took 0.987 x the time
+// with the stream 4 KiB ahead, 0.993 x that again at 2 KiB.
 AttnPrefetch product_prefetch(const WeightsPrefetch& wp, const uint8_t* b, size_t stride, int64_t rows, size_t row_bytes,
                               const AttnPrefetch& next) {
-    if (!products_request_own_stream(wp) || stride == 0) return next;
+    if (stride == 0) return next;
+    if (wp.kv_far_bytes > 0) {
+        return AttnPrefetch{.first = b + rows_ahead(wp.kv_far_bytes, stride), .stride = stride, .rows = rows, .row_bytes = row_bytes};
+    }
+    if (!products_request_own_stream(wp)) return next;
     const size_t far = rows_ahead(wp.far_bytes, stride), near = std::min(rows_ahead(kPrefetchL1Bytes, stride), far - stride);
     return AttnPrefetch{.first = b + far, .stride = stride, .rows = rows, .row_bytes = row_bytes, .l1_back = far - near};
 }

@@ -238,6 +238,9 @@ struct WeightsPrefetch {
     bool q8_0_gen;        // the AVX-512 q8_0 generation tiles make requests (see below)
     bool float_weights;   // the F16/BF16 tiles make requests (see below)
     size_t part_far_bytes = 0;  // > 0: prefetch_weights_part makes only far requests, this far ahead (Zen 3)
+    // > 0: attention's products of few rows request the KV rows they read this far ahead, into L2
+    // alone (Zen 3; ops_attention.cpp product_prefetch)
+    size_t kv_far_bytes = 0;
 };
 // F16/BF16 weights (the float tiles of gemm_float_*.cpp) stream without software requests on
 // AMD: Zen 4's hardware prefetchers follow that stream alone, and the requests only took fill

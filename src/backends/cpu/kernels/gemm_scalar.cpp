@@ -118,7 +118,7 @@ WeightsPrefetch weights_prefetch() {
         const bool zen3 = f.zen4 && !f.avx512f;  // family 19h: Zen 4 has AVX-512, Zen 3 does not
         const size_t far = zen3 ? size_t{2048} : f.amd ? size_t{16384} : size_t{6144};
         return WeightsPrefetch{.near_l1 = !f.amd, .far_all_levels = false, .far_bytes = far, .q8_0_gen = q8_0_gen, .float_weights = float_weights,
-                               .part_far_bytes = zen3 ? size_t{4096} : 0};
+                               .part_far_bytes = zen3 ? size_t{4096} : 0, .kv_far_bytes = zen3 ? size_t{2048} : 0};
     }();
     return p;
 }
