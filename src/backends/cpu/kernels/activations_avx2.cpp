@@ -1,38 +1,23 @@
-// AVX2 activations with a vectorised exp (as the AVX-512 file; 2^n is built in the exponent
-// bits, so x is clamped to the normal range: e^x for x < -87 comes out as about 1e-38
+// AVX2 activations with a vectorised exp (exp_avx2.h; as the AVX-512 file, 2^n is built in the
+// exponent bits, so x is clamped to the normal range: e^x for x < -87.3 comes out as about 1e-38
 // instead of smaller, which no activation here can tell apart from 0).
 #include <immintrin.h>
 
 #include "backends/cpu/kernels/activations.h"
+#include "backends/cpu/kernels/exp_avx2.h"
 
 namespace kiln::cpu {
 namespace {
 
-inline __m256 exp8(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.3f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
 inline __m256 silu8(__m256 x) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    const __m256 e = exp8_clamped(_mm256_sub_ps(_mm256_setzero_ps(), x));
     return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
 inline __m256 gelu8(__m256 x) {
     const __m256 u = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f), x),
                                    _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), x), x, _mm256_set1_ps(1.0f)));
-    const __m256 e = exp8(_mm256_add_ps(u, u));
+    const __m256 e = exp8_clamped(_mm256_add_ps(u, u));
     const __m256 th = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
     return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), th));
 }

@@ -1,6 +1,7 @@
 // AVX2 + FMA + F16C attention kernels; see attn_kernels.h for the algorithm
 // and attn_avx512.cpp for the design (this is the same with 8 lanes: gemm
-// tiles of up to 6 rows x 16 columns, 8 x 8 transposes, the same exp).
+// tiles of up to 6 rows x 16 columns or 4 rows x 24, 8 x 8 transposes, the
+// same exp, exp_avx2.h).
 // Only called once isa_supported(Isa::Avx2) holds.
 #include <immintrin.h>
 
@@ -10,6 +11,7 @@
 #include <limits>
 
 #include "backends/cpu/kernels/attn_kernels.h"
+#include "backends/cpu/kernels/exp_avx2.h"
 
 // Register tiles are arrays of vectors indexed by constants once unrolled; GCC otherwise keeps a
 // copy of the accumulators on the stack and stores it on every iteration.
@@ -23,23 +25,10 @@ namespace kiln::cpu {
 
 namespace {
 
+// e^x, and 0 below the normal range (exp(-inf) = 0: masked scores).
 inline __m256 exp8(__m256 x) {
     const __m256 zero = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_GE_OQ);  // all-ones where kept
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.3762626647949f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    const __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    // 2^n built in the exponent field; n is in [-126, 128] after the clamp (128 gives inf).
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), zero);
+    return _mm256_and_ps(exp8_clamped(x), zero);
 }
 
 inline __m256 tanh8(__m256 x) {
