@@ -223,8 +223,12 @@ AttnPlan make_plan(const Tensor& t, int nth) {
 // row of the same head however the rows are strided.
 size_t rows_ahead(size_t bytes, size_t stride) { return std::max<size_t>(1, bytes / stride) * stride; }
 
-// Whether product_prefetch makes the products' own requests (rather than asking for the next block).
-bool products_request_own_stream(const WeightsPrefetch& wp) { return wp.near_l1 && !wp.far_all_levels; }
+// How far ahead product_prefetch's far requests run when it makes the products' own requests; 0
+// where it asks for the next block's rows instead (product_prefetch says which CPUs do which).
+size_t own_stream_far_bytes(const WeightsPrefetch& wp) {
+    if (wp.kv_far_bytes > 0) return wp.kv_far_bytes;
+    return wp.near_l1 && !wp.far_all_levels ? wp.far_bytes : 0;
+}
 
 // The requests a product of few rows (generation) makes while it reads its B rows (row i at
 // b + i * stride): on CPUs whose weight tiles make near requests (Intel, kernels/gemm.h
@@ -242,13 +246,12 @@ bool products_request_own_stream(const WeightsPrefetch& wp) { return wp.near_l1 
 // with the stream 4 KiB ahead, 0.993 x that again at 2 KiB.
 AttnPrefetch product_prefetch(const WeightsPrefetch& wp, const uint8_t* b, size_t stride, int64_t rows, size_t row_bytes,
                               const AttnPrefetch& next) {
-    if (stride == 0) return next;
-    if (wp.kv_far_bytes > 0) {
-        return AttnPrefetch{.first = b + rows_ahead(wp.kv_far_bytes, stride), .stride = stride, .rows = rows, .row_bytes = row_bytes};
-    }
-    if (!products_request_own_stream(wp)) return next;
-    const size_t far = rows_ahead(wp.far_bytes, stride), near = std::min(rows_ahead(kPrefetchL1Bytes, stride), far - stride);
-    return AttnPrefetch{.first = b + far, .stride = stride, .rows = rows, .row_bytes = row_bytes, .l1_back = far - near};
+    const size_t far_bytes = own_stream_far_bytes(wp);
+    if (far_bytes == 0 || stride == 0) return next;
+    const size_t far = rows_ahead(far_bytes, stride), near = std::min(rows_ahead(kPrefetchL1Bytes, stride), far - stride);
+    // near requests into L1 where the weight tiles make them (Intel)
+    return AttnPrefetch{.first = b + far, .stride = stride, .rows = rows, .row_bytes = row_bytes,
+                        .l1_back = wp.near_l1 ? far - near : 0};
 }
 
 // S [Mb, bk] = Q [Mb, hd] K^T for the keys c0 .. c0 + nk of KV head hk, K stored as rows: the block is
@@ -639,8 +642,8 @@ void attend_item(const Tensor& t, const AttnPlan& p, const AttnKernels& kern, fl
             // lines 1.03-1.04 x, 8 KiB in bursts between the rows 0.96-0.99 x of none.
             bool any_row = false;
             const uint8_t* softmax_pf = nullptr;
-            if (blocks == Products::F16 && v_direct && products_request_own_stream(p.wp) && nk == bk && Mb <= kSoftmaxRun) {
-                const size_t far = rows_ahead(p.wp.far_bytes, v.nb[2]);  // where product_prefetch's far requests start
+            if (blocks == Products::F16 && v_direct && own_stream_far_bytes(p.wp) > 0 && nk == bk && Mb <= kSoftmaxRun) {
+                const size_t far = rows_ahead(own_stream_far_bytes(p.wp), v.nb[2]);  // where product_prefetch's far requests start
                 const size_t bytes = static_cast<size_t>(Mb) * softmax_request_bytes(nk);  // softmax_rows' extent
                 if (far + bytes <= static_cast<size_t>(nk) * v.nb[2]) softmax_pf = v.row(hk, c0) + far;
             }
