@@ -13,6 +13,8 @@ import io
 import json
 import os
 import re
+import shutil
+import sqlite3
 import statistics
 import subprocess
 
@@ -193,6 +195,34 @@ def test_jsonl_and_stderr_output(tool, models):
     assert [r["test"] for r in err_json] == ["pp4", "tg2"]
     assert [r["samples_ns"] for r in err_json] == [r["samples_ns"] for r in rows]
     assert [r["profile"] for r in err_json] == [r["profile"] for r in rows]
+
+
+def test_sql_output_loads_into_sqlite(tool, models, tmp_path):
+    # -o sql (llama-bench's): a CREATE TABLE and an INSERT per row, read here by SQLite and checked
+    # against the same run's JSON on stderr. The file name has a quote, which the literals escape.
+    model = tmp_path / "it's.gguf"
+    shutil.copy(models["llama"], model)
+    res = bench(tool, "-m", model, "-p", "8", "-n", "4", "-d", "0,16", "-o", "sql", "-oe", "json")
+    assert res.returncode == 0, res.stderr
+    err_json = json.loads(res.stderr[res.stderr.index("\n[") + 1:])
+    db = sqlite3.connect(":memory:")
+    db.executescript(res.stdout)
+    db.executescript(res.stdout)  # CREATE TABLE IF NOT EXISTS: a second run appends
+    types = {name: decl for _, name, decl, *_ in db.execute("PRAGMA table_info(test)")}
+    assert set(types) == FIELDS
+    assert types["model_filename"] == "TEXT" and types["n_prompt"] == "INTEGER" and types["avg_ts"] == "REAL"
+    assert types["peak_rss_per_test"] == "INTEGER" and types["peak_kind"] == "TEXT" and types["bytes_per_token"] == "REAL"
+    db.row_factory = sqlite3.Row
+    rows = [dict(r) for r in db.execute("SELECT * FROM test ORDER BY rowid")]
+    assert len(rows) == 2 * len(err_json) == 8
+    for got, want in zip(rows, err_json + err_json):
+        for name in FIELDS:
+            w = want[name]
+            if isinstance(w, bool):
+                w = int(w)
+            assert got[name] == (pytest.approx(w, rel=1e-15) if isinstance(w, float) else w), name
+    assert rows[0]["model_filename"] == "it's.gguf" and rows[0]["bytes_per_token"] is None
+    assert [r["test"] for r in rows[:4]] == ["pp8", "tg4", "pp8 @ d16", "tg4 @ d16"]
 
 
 def test_llama_bench_flags_without_effect_are_accepted(tool, models):
@@ -376,7 +406,7 @@ def test_failed_model_is_reported_and_others_run(tool, models, tmp_path):
     (["-r", "0"], r"-r: 0 is out of range"),
     (["-p", "-3"], r"-p|out of range"),
     (["--peak-seconds", "0"], r"--peak-seconds: 0 is out of range"),
-    (["-o", "sql"], r"-o: unknown format 'sql'"),
+    (["-o", "sqlite"], r"-o: unknown format 'sqlite' \(expected md, csv, json, jsonl or sql\)"),
     (["-oe", "xml"], r"-oe: unknown format 'xml'"),
     (["-fa", "2"], r"-fa: 2 is out of range"),
     (["-embd", "1"], r"-embd: 1 is out of range"),

@@ -32,7 +32,8 @@ OutputFormat output_format(const std::string& flag, const std::string& name) {
     if (name == "csv") return OutputFormat::Csv;
     if (name == "json") return OutputFormat::Json;
     if (name == "jsonl") return OutputFormat::Jsonl;
-    throw kt::ToolError(flag + ": unknown format '" + name + "' (expected md, csv, json or jsonl)");
+    if (name == "sql") return OutputFormat::Sql;
+    throw kt::ToolError(flag + ": unknown format '" + name + "' (expected md, csv, json, jsonl or sql)");
 }
 
 std::string lower(std::string s) {
@@ -136,8 +137,8 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     kt::metavar(app.add_option("--parallel-prompt", o.parallel_prompt, "prompt tokens per sequence before a batched test"), "N");
     kt::metavar(app.add_option("-r,--repetitions", o.repetitions, "repetitions of each test"), "N");
     kt::metavar(app.add_option("-c,--ctx-size", o.n_ctx, "KV cells of every context (0: just what each test needs)"), "N");
-    kt::metavar(app.add_option("-o,--output", output, "results format on stdout: md, csv, json, jsonl"), "FORMAT");
-    kt::metavar(app.add_option("--output-err", output_err, "the results also on stderr, in this format (-oe): md, csv, json, jsonl"), "FORMAT");
+    kt::metavar(app.add_option("-o,--output", output, "results format on stdout: md, csv, json, jsonl, sql"), "FORMAT");
+    kt::metavar(app.add_option("--output-err", output_err, "the results also on stderr, in this format (-oe): md, csv, json, jsonl, sql"), "FORMAT");
     kt::metavar(app.add_option("--delay", o.delay_s, "seconds to pause before each test"), "S");
     add_list(app, "--flash-attn", flash_attn,
              "accepted for llama-bench compatibility (-fa 0|1): attention always runs tiled with an online softmax, as flash attention",

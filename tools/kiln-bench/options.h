@@ -10,7 +10,7 @@
 
 namespace kiln_bench {
 
-enum class OutputFormat { Markdown, Csv, Json, Jsonl };
+enum class OutputFormat { Markdown, Csv, Json, Jsonl, Sql };
 
 struct Options {
     std::vector<std::string> models;

@@ -17,18 +17,21 @@ std::string fmt(const char* f, double v) {
     return buf;
 }
 
-// A field's value: a number, a string, or absent (not measured / not applicable).
+// A field's value: a number, a string, or absent (not measured / not applicable). An absent
+// value keeps its field's kind, which the SQL table's column types come from.
 struct Value {
-    enum class Kind { Null, Bool, Int, Real, Text } kind = Kind::Null;
+    enum class Kind { Bool, Int, Real, Text } kind = Kind::Real;
+    bool absent = false;
     long long i = 0;
     double d = 0;
     std::string s;
-    static Value null() { return {}; }
-    static Value boolean(bool v) { return {Kind::Bool, v ? 1 : 0, 0, {}}; }
-    static Value integer(long long v) { return {Kind::Int, v, 0, {}}; }
-    static Value real(double v) { return std::isfinite(v) ? Value{Kind::Real, 0, v, {}} : Value{}; }
-    static Value text(std::string v) { return {Kind::Text, 0, 0, std::move(v)}; }
+    static Value none(Kind k) { return {k, true, 0, 0, {}}; }
+    static Value boolean(bool v) { return {Kind::Bool, false, v ? 1 : 0, 0, {}}; }
+    static Value integer(long long v) { return {Kind::Int, false, v, 0, {}}; }
+    static Value real(double v) { return std::isfinite(v) ? Value{Kind::Real, false, 0, v, {}} : none(Kind::Real); }
+    static Value text(std::string v) { return {Kind::Text, false, 0, 0, std::move(v)}; }
 };
+const Value kNoReal = Value::none(Value::Kind::Real), kNoInt = Value::none(Value::Kind::Int), kNoText = Value::none(Value::Kind::Text);
 
 const Bandwidth* bandwidth_for(const Report& rep, int threads) {
     const auto it = rep.bandwidth.find(threads);
@@ -64,7 +67,7 @@ std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Resul
     const Bandwidth* bw = bandwidth_for(rep, r.n_threads);
     const double row_bw = gen ? row_bandwidth(rep, r) : 0;
     const double wkv = static_cast<double>(r.model.size + r.kv_bytes);
-    auto gen_only = [&](double v) { return gen ? Value::real(v) : Value::null(); };
+    auto gen_only = [&](double v) { return gen ? Value::real(v) : kNoReal; };
     const bool ops = r.test.kind == TestKind::Prompt && r.model.matmul_weights > 0;
     const PeakProbe* pk = ops ? row_peak(rep, r) : nullptr;
     return {
@@ -95,22 +98,22 @@ std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Resul
         {"kv_bytes_per_token", gen_only(r.kv_bytes_per_token)},
         {"bytes_per_token", gen_only(r.bytes_per_token())},
         {"effective_gibs", gen_only(r.effective_gibs())},
-        {"bandwidth_gibs", bw ? Value::real(bw->best_gibs) : Value::null()},
-        {"bandwidth_median_gibs", bw ? Value::real(bw->median_gibs) : Value::null()},
-        {"bandwidth_plain_gibs", bw ? Value::real(bw->plain_best_gibs) : Value::null()},
-        {"row_bandwidth_gibs", gen && r.row_bandwidth_gibs > 0 ? Value::real(r.row_bandwidth_gibs) : Value::null()},
-        {"bandwidth_pct", row_bw > 0 ? Value::real(100.0 * r.effective_gibs() / row_bw) : Value::null()},
-        {"matmul_ops_per_token", r.model.matmul_weights ? Value::real(r.model.matmul_ops_per_token()) : Value::null()},
-        {"ops_per_token", ops ? Value::real(r.ops_per_token) : Value::null()},
-        {"gops", ops ? Value::real(r.gops()) : Value::null()},
-        {"peak_kind", pk ? Value::text(peak_kind_name(pk->kind)) : Value::null()},
-        {"peak_instruction", pk ? Value::text(pk->instruction) : Value::null()},
-        {"peak_gops", pk ? Value::real(pk->total_gops) : Value::null()},
-        {"pct_peak", pk ? Value::real(100.0 * r.gops() / pk->total_gops) : Value::null()},
+        {"bandwidth_gibs", bw ? Value::real(bw->best_gibs) : kNoReal},
+        {"bandwidth_median_gibs", bw ? Value::real(bw->median_gibs) : kNoReal},
+        {"bandwidth_plain_gibs", bw ? Value::real(bw->plain_best_gibs) : kNoReal},
+        {"row_bandwidth_gibs", gen && r.row_bandwidth_gibs > 0 ? Value::real(r.row_bandwidth_gibs) : kNoReal},
+        {"bandwidth_pct", row_bw > 0 ? Value::real(100.0 * r.effective_gibs() / row_bw) : kNoReal},
+        {"matmul_ops_per_token", r.model.matmul_weights ? Value::real(r.model.matmul_ops_per_token()) : kNoReal},
+        {"ops_per_token", ops ? Value::real(r.ops_per_token) : kNoReal},
+        {"gops", ops ? Value::real(r.gops()) : kNoReal},
+        {"peak_kind", pk ? Value::text(peak_kind_name(pk->kind)) : kNoText},
+        {"peak_instruction", pk ? Value::text(pk->instruction) : kNoText},
+        {"peak_gops", pk ? Value::real(pk->total_gops) : kNoReal},
+        {"pct_peak", pk ? Value::real(100.0 * r.gops() / pk->total_gops) : kNoReal},
         {"kv_bytes", Value::integer(static_cast<long long>(r.kv_bytes))},
         {"compute_bytes", Value::integer(static_cast<long long>(r.compute_bytes))},
-        {"peak_rss_bytes", r.peak_rss ? Value::integer(static_cast<long long>(r.peak_rss)) : Value::null()},
-        {"peak_rss_over_weights_kv", r.peak_rss && wkv > 0 ? Value::real(static_cast<double>(r.peak_rss) / wkv) : Value::null()},
+        {"peak_rss_bytes", r.peak_rss ? Value::integer(static_cast<long long>(r.peak_rss)) : kNoInt},
+        {"peak_rss_over_weights_kv", r.peak_rss && wkv > 0 ? Value::real(static_cast<double>(r.peak_rss) / wkv) : kNoReal},
         {"peak_rss_per_test", Value::boolean(r.peak_rss_per_test)},
     };
 }
@@ -140,8 +143,8 @@ std::string json_string(const std::string& s) {
 }
 
 std::string json_value(const Value& v) {
+    if (v.absent) return "null";
     switch (v.kind) {
-        case Value::Kind::Null: return "null";
         case Value::Kind::Bool: return v.i ? "true" : "false";
         case Value::Kind::Int: return std::to_string(v.i);
         case Value::Kind::Real: return fmt("%.17g", v.d);
@@ -213,8 +216,8 @@ void print_jsonl(FILE* out, const Report& rep) {
 // ---- CSV ----
 
 std::string csv_value(const Value& v) {
+    if (v.absent) return "";
     switch (v.kind) {
-        case Value::Kind::Null: return "";
         case Value::Kind::Bool: return v.i ? "true" : "false";
         case Value::Kind::Int: return std::to_string(v.i);
         case Value::Kind::Real: return fmt("%.10g", v.d);
@@ -238,6 +241,52 @@ void print_csv(FILE* out, const Report& rep) {
         const auto f = fields(rep, r);
         for (size_t i = 0; i < f.size(); ++i) std::fprintf(out, "%s%s", i ? "," : "", csv_value(f[i].second).c_str());
         std::fprintf(out, "\n");
+    }
+}
+
+// ---- SQL ----
+// As llama-bench's sql output: a CREATE TABLE for table `test` (if it does not exist yet), then an
+// INSERT per row, e.g. `kiln-bench ... -o sql | sqlite3 results.sqlite`. Column types follow the
+// fields (TEXT, INTEGER, REAL; booleans INTEGER 0 / 1); absent values are NULL.
+
+const char* sql_type(Value::Kind k) {
+    switch (k) {
+        case Value::Kind::Bool:
+        case Value::Kind::Int: return "INTEGER";
+        case Value::Kind::Real: return "REAL";
+        case Value::Kind::Text: return "TEXT";
+    }
+    return "TEXT";
+}
+
+std::string sql_value(const Value& v) {
+    if (v.absent) return "NULL";
+    switch (v.kind) {
+        case Value::Kind::Bool:
+        case Value::Kind::Int: return std::to_string(v.i);
+        case Value::Kind::Real: return fmt("%.17g", v.d);
+        case Value::Kind::Text: {
+            std::string o = "'";  // SQL string literal: quotes doubled
+            for (char c : v.s) o += c == '\'' ? std::string("''") : std::string(1, c);
+            return o + "'";
+        }
+    }
+    return "NULL";
+}
+
+void print_sql(FILE* out, const Report& rep) {
+    const Result empty{};
+    const auto cols = fields(rep, rep.results.empty() ? empty : rep.results.front());
+    std::fprintf(out, "CREATE TABLE IF NOT EXISTS test (\n");
+    for (size_t i = 0; i < cols.size(); ++i) std::fprintf(out, "  %s %s%s\n", cols[i].first, sql_type(cols[i].second.kind), i + 1 < cols.size() ? "," : "");
+    std::fprintf(out, ");\n\n");
+    std::string names;
+    for (size_t i = 0; i < cols.size(); ++i) names += std::string(i ? ", " : "") + cols[i].first;
+    for (const Result& r : rep.results) {
+        const auto f = fields(rep, r);
+        std::string values;
+        for (size_t i = 0; i < f.size(); ++i) values += (i ? ", " : "") + sql_value(f[i].second);
+        std::fprintf(out, "INSERT INTO test (%s) VALUES (%s);\n", names.c_str(), values.c_str());
     }
 }
 
@@ -432,6 +481,7 @@ void print_report(FILE* out, OutputFormat format, const Report& report) {
         case OutputFormat::Csv: print_csv(out, report); break;
         case OutputFormat::Json: print_json(out, report); break;
         case OutputFormat::Jsonl: print_jsonl(out, report); break;
+        case OutputFormat::Sql: print_sql(out, report); break;
     }
     std::fflush(out);
 }
