@@ -97,6 +97,7 @@ void args(benchmark::internal::Benchmark* b) {
     b->ArgNames({"M", "precise", "dram"});
     for (int64_t m : {1, 2, 8, 128, 512}) b->Args({m, 0, 0});
     b->Args({1, 1, 0});
+    b->Args({1, 0, 1});
     b->Args({1, 1, 1});
 }
 
