@@ -30,6 +30,22 @@ extern "C" {
 /* "MAJOR.MINOR.PATCH". */
 KILN_API const char* kiln_version(void);
 
+/* The build's source commit: git's short hash, "unknown" when built outside a git checkout. */
+KILN_API const char* kiln_build_commit(void);
+
+/* The CPU as it names itself (x86: CPUID brand string, family and model), "unknown" if it gives none. */
+KILN_API const char* kiln_cpu_description(void);
+
+/* The CPU kernel set contexts compute with: "scalar", "avx2", "avx512" or "neon" (the best this CPU
+ * runs, or the KILN_CPU environment variable's choice); null, with kiln_last_error set, when KILN_CPU
+ * names a set that is unknown or that this CPU cannot run. */
+KILN_API const char* kiln_cpu_kernels(void);
+
+/* One line describing the machine for logs and benchmark records: CPU, kernel set, detected
+ * instruction-set features ("CPU: ... | kernels: avx2 | AVX2 = 1 | ..."). Valid until the next call
+ * on this thread. */
+KILN_API const char* kiln_system_info(void);
+
 /* The last error message of a failed call on this thread ("" if none). */
 KILN_API const char* kiln_last_error(void);
 

@@ -19,6 +19,7 @@
 #include "core/quant.h"
 #include "core/quant_blocks.h"
 #include "core/types.h"
+#include "kiln.h"
 
 namespace {
 
@@ -453,6 +454,26 @@ TEST(CpuKernelsDispatch, EnvForcesSupportedSet) {
         EXPECT_EQ(kiln::cpu::selected_isa(), isa);
         EXPECT_EQ(&kiln::cpu::kernels(Type::Q8_0), &kiln::cpu::kernels(Type::Q8_0, isa));
     }
+}
+
+// The C API's machine description follows the same choice, and a bad KILN_CPU is an error value
+// (null and kiln_last_error), not an exception through the C boundary.
+TEST(CpuKernelsDispatch, ApiNamesKernelsAndMachine) {
+    const std::string cpu = kiln_cpu_description();
+    EXPECT_FALSE(cpu.empty());
+    for (Isa isa : supported_isas()) {
+        ScopedEnv env(std::string(kiln::cpu::isa_name(isa)));
+        const char* k = kiln_cpu_kernels();
+        ASSERT_NE(k, nullptr) << kiln_last_error();
+        EXPECT_EQ(std::string(k), kiln::cpu::isa_name(isa));
+        const std::string info = kiln_system_info();
+        EXPECT_EQ(info.rfind("CPU: " + cpu + " | kernels: " + k + " | AVX2 = ", 0), 0u) << info;
+        EXPECT_NE(info.find(std::string("AVX2 = ") + (kiln::cpu::cpu_features().avx2 ? "1" : "0")), std::string::npos) << info;
+    }
+    ScopedEnv env(std::string("avx1024"));
+    EXPECT_EQ(kiln_cpu_kernels(), nullptr);
+    EXPECT_NE(std::string(kiln_last_error()).find("KILN_CPU=avx1024"), std::string::npos) << kiln_last_error();
+    EXPECT_NE(std::string(kiln_system_info()).find("kernels: none (KILN_CPU=avx1024"), std::string::npos);
 }
 
 TEST(CpuKernelsDispatch, EnvRejectsUnknownOrUnsupported) {

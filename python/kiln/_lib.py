@@ -38,6 +38,8 @@ class PerfData(ctypes.Structure):
 
 _SIGNATURES = {
     "kiln_last_error": (ctypes.c_char_p, []),
+    "kiln_build_commit": (ctypes.c_char_p, []),
+    "kiln_system_info": (ctypes.c_char_p, []),
     "kiln_model_default_params": (ModelParams, []),
     "kiln_model_load": (ctypes.c_void_p, [ctypes.c_char_p, ModelParams]),
     "kiln_model_free": (None, [ctypes.c_void_p]),
@@ -108,3 +110,13 @@ def load_library() -> ctypes.CDLL:
 
 def last_error() -> str:
     return load_library().kiln_last_error().decode("utf-8", "replace")
+
+
+def build_commit() -> str:
+    """The library's source commit (git short hash; "unknown" outside a checkout)."""
+    return load_library().kiln_build_commit().decode()
+
+
+def system_info() -> str:
+    """One line on the machine: CPU, kernel set, instruction-set features (llama.cpp's system_info)."""
+    return load_library().kiln_system_info().decode("utf-8", "replace")

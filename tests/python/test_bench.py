@@ -22,7 +22,7 @@ import gguf
 import pytest
 
 FIELDS = {
-    "model_filename", "model_type", "model_size", "model_n_params", "n_threads", "n_batch", "n_ubatch", "type_k",
+    "build_commit", "cpu_info", "backends", "kernels", "model_filename", "model_type", "model_size", "model_n_params", "n_threads", "n_batch", "n_ubatch", "type_k",
     "type_v", "precision", "n_ctx", "n_prompt", "n_gen", "n_depth", "n_parallel", "test", "test_time", "repetitions",
     "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "avg_ts_per_seq", "weight_bytes_per_token", "kv_bytes_per_token",
     "bytes_per_token", "effective_gibs", "bandwidth_gibs", "bandwidth_median_gibs", "bandwidth_plain_gibs", "row_bandwidth_gibs", "bandwidth_pct",
@@ -223,6 +223,47 @@ def test_sql_output_loads_into_sqlite(tool, models, tmp_path):
             assert got[name] == (pytest.approx(w, rel=1e-15) if isinstance(w, float) else w), name
     assert rows[0]["model_filename"] == "it's.gguf" and rows[0]["bytes_per_token"] is None
     assert [r["test"] for r in rows[:4]] == ["pp8", "tg4", "pp8 @ d16", "tg4 @ d16"]
+
+
+def cpuinfo_model_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def test_build_and_machine_fields(tool, models):
+    # Every row names the build and the machine: the commit is one of this repository's (checked
+    # with git, which built it), the CPU the name Linux gives it, the kernels the ones KILN_CPU picks.
+    rows = bench_json(tool, "-m", models["llama"], "-p", "4", "-n", "0")
+    r = rows[0]
+    assert r["backends"] == "CPU" and r["kernels"] in {"scalar", "avx2", "avx512", "neon"}
+    commit = r["build_commit"]
+    assert commit == "unknown" or re.fullmatch(r"[0-9a-f]{7,40}", commit), commit
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if commit != "unknown" and shutil.which("git") and os.path.isdir(os.path.join(repo, ".git")):
+        assert subprocess.run(["git", "-C", repo, "cat-file", "-e", f"{commit}^{{commit}}"]).returncode == 0, commit
+    name = cpuinfo_model_name()
+    assert r["cpu_info"] and r["cpu_info"] != "unknown"
+    if name:  # x86 Linux: CPUID's brand string is what /proc/cpuinfo shows
+        assert " ".join(r["cpu_info"].split()).startswith(" ".join(name.split())), (r["cpu_info"], name)
+    res = bench(tool, "-m", models["llama"], "-p", "4", "-n", "0")
+    assert res.returncode == 0, res.stderr
+    assert f"build: {commit}, CPU: {r['cpu_info']}, kernels: {r['kernels']}" in res.stdout.splitlines()
+    scalar = subprocess.run([tool("kiln-bench"), "-t", "1", "-r", "1", "-m", models["llama"], "-p", "4", "-n", "0", "-o", "json"],
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "KILN_CPU": "scalar"})
+    assert scalar.returncode == 0, scalar.stderr
+    assert json.loads(scalar.stdout)[0]["kernels"] == "scalar"
+    assert f"kernels: scalar | AVX2 = " in scalar.stderr
+    bogus = subprocess.run([tool("kiln-bench"), "-t", "1", "-r", "1", "-m", models["llama"], "-p", "4", "-n", "0"],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "KILN_CPU": "bogus"})
+    assert bogus.returncode != 0
+    assert "kernels: none (KILN_CPU=bogus: unknown instruction set" in bogus.stderr, bogus.stderr
 
 
 def test_llama_bench_flags_without_effect_are_accepted(tool, models):

@@ -4,9 +4,12 @@ For synthetic llama / qwen2 / gemma3 models and the real Gemma 3 270M: at every 
 several prompts, mean KL(reference || kiln) < 2e-3 and the same top-1 token wherever the
 reference's top-2 margin exceeds 0.1. Reports max |logit error|, mean KLD and top-1 agreement.
 """
+import re
+
 import numpy as np
 import pytest
 
+import kiln
 from kiln import Context, Model
 from kiln.engine import ContextFullError
 from kiln._lib import KilnError
@@ -309,3 +312,11 @@ def test_bad_input_is_an_error(synth_models, tmp_path):
     (tmp_path / "trunc.gguf").write_bytes(data[: len(data) // 2])
     with pytest.raises(KilnError, match="trunc.gguf"):
         Model(str(tmp_path / "trunc.gguf"))
+
+
+def test_build_and_system_info():
+    # The machine line names the CPU and kernel set kiln-bench records (test_bench checks the values).
+    info = kiln.system_info()
+    assert info.startswith("CPU: ") and " | kernels: " in info and " | AVX2 = " in info
+    commit = kiln.build_commit()
+    assert commit == "unknown" or re.fullmatch(r"[0-9a-f]{7,40}", commit)

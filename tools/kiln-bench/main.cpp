@@ -36,6 +36,11 @@ int run(int argc, char** argv) {
 
     kb::Report report;
     report.mem_columns = opts.mem;
+    report.build_commit = kiln_build_commit();
+    report.cpu_info = kiln_cpu_description();
+    const char* kernels = kiln_cpu_kernels();
+    report.kernels = kernels ? kernels : "";
+    std::fprintf(stderr, "kiln-bench: build %s, %s\n", report.build_commit.c_str(), kiln_system_info());
     if (opts.bandwidth) {
         // Before any model is loaded, so the probe has the memory system to itself; the buffer is
         // freed before the first test, so it does not count in any test's peak resident size.

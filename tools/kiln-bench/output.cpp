@@ -71,6 +71,10 @@ std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Resul
     const bool ops = r.test.kind == TestKind::Prompt && r.model.matmul_weights > 0;
     const PeakProbe* pk = ops ? row_peak(rep, r) : nullptr;
     return {
+        {"build_commit", Value::text(rep.build_commit)},
+        {"cpu_info", Value::text(rep.cpu_info)},
+        {"backends", Value::text("CPU")},
+        {"kernels", rep.kernels.empty() ? kNoText : Value::text(rep.kernels)},
         {"model_filename", Value::text(r.model.filename)},
         {"model_type", Value::text(r.model.type)},
         {"model_size", Value::integer(static_cast<long long>(r.model.size))},
@@ -470,6 +474,9 @@ void print_markdown(FILE* out, const Report& rep) {
         cells.push_back(std::move(row));
     }
     print_table(out, cols, cells);
+    // As llama-bench's closing "build: <commit> (<number>)" line, with the machine.
+    std::fprintf(out, "\nbuild: %s, CPU: %s, kernels: %s\n", rep.build_commit.c_str(), rep.cpu_info.c_str(),
+                 rep.kernels.empty() ? "none" : rep.kernels.c_str());
     print_profiles(out, rep);
 }
 

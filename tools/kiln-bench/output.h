@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "bandwidth.h"
@@ -18,6 +19,9 @@ struct Report {
     std::map<int, Bandwidth> bandwidth;  // by thread count; empty without --bandwidth
     std::map<int, ComputePeak> peak;     // by thread count; empty without --peak
     bool mem_columns = false;            // --mem
+    // The build and machine (every row carries them, as llama-bench's rows do): kiln_build_commit,
+    // kiln_cpu_description, kiln_cpu_kernels ("" where KILN_CPU names no usable set).
+    std::string build_commit, cpu_info, kernels;
 };
 
 void print_report(FILE* out, OutputFormat format, const Report& report);

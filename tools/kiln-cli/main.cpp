@@ -418,7 +418,7 @@ int run(int argc, char** argv) {
     if (!a.conversation && !a.system_prompt.empty()) {
         std::fprintf(stderr, "kiln-cli: warning: --system-prompt is used only with --conversation\n");
     }
-    if (a.verbose) std::fprintf(stderr, "kiln-cli: kiln %s\n", kiln_version());
+    if (a.verbose) std::fprintf(stderr, "kiln-cli: kiln %s (build %s)\nkiln-cli: %s\n", kiln_version(), kiln_build_commit(), kiln_system_info());
 
     kt::ModelPtr model = kt::load_model(a.model, false);
     kt::ContextPtr ctx = kt::new_context(model.get(), kt::context_params(a.ctx));

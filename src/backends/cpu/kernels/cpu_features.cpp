@@ -6,7 +6,9 @@
 // Detection runs once (a function-local static: initialised thread-safely on
 // first use) and is the only state this file keeps.
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -206,6 +208,52 @@ const Detected& detected() {
     return d;
 }
 
+[[maybe_unused]] std::string trim(std::string s) {
+    const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t\r\n");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+std::string describe_cpu() {
+    std::string name;
+#if defined(KILN_CPUID_X86)
+    // Brand string: leaves 8000'0002h..8000'0004h, 16 characters each.
+    if (cpuid(0x80000000u, 0).eax >= 0x80000004u) {
+        char brand[49] = {};
+        for (unsigned i = 0; i < 3; ++i) {
+            const Regs r = cpuid(0x80000002u + i, 0);
+            const unsigned v[4] = {r.eax, r.ebx, r.ecx, r.edx};
+            for (int j = 0; j < 16; ++j) brand[16 * i + j] = static_cast<char>((v[j / 4] >> (8 * (j % 4))) & 0xFF);
+        }
+        name = trim(brand);
+    }
+    if (cpuid(0, 0).eax >= 1) {
+        // Family and model as Linux's /proc/cpuinfo shows them (extended fields included).
+        const unsigned a = cpuid(1, 0).eax, base_family = (a >> 8) & 0xF;
+        const unsigned family = base_family == 0xF ? base_family + ((a >> 20) & 0xFF) : base_family;
+        const unsigned model = (base_family == 0x6 || base_family == 0xF) ? ((a >> 4) & 0xF) | (((a >> 16) & 0xF) << 4) : (a >> 4) & 0xF;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "family %u model %u", family, model);
+        name = name.empty() ? std::string(buf) : name + " (" + buf + ")";
+    }
+#elif defined(KILN_CPUID_ARM64) && defined(__APPLE__)
+    char brand[256] = {};
+    size_t len = sizeof brand - 1;
+    if (sysctlbyname("machdep.cpu.brand_string", brand, &len, nullptr, 0) == 0) name = trim(brand);
+#endif
+#if defined(__linux__) || defined(__ANDROID__)
+    if (name.empty()) {  // e.g. "model name" on some Arm boards, "Hardware" on Android
+        std::ifstream f("/proc/cpuinfo");
+        for (std::string line; name.empty() && std::getline(f, line);) {
+            const size_t colon = line.find(':');
+            if (colon == std::string::npos) continue;
+            const std::string key = trim(line.substr(0, colon));
+            if (key == "model name" || key == "Hardware") name = trim(line.substr(colon + 1));
+        }
+    }
+#endif
+    return name.empty() ? std::string("unknown") : name;
+}
+
 std::string env_string(const char* name) {
 #if defined(_MSC_VER)
     char* buf = nullptr;
@@ -254,6 +302,29 @@ std::string_view isa_name(Isa isa) {
 }
 
 const CpuFeatures& cpu_features() { return detected().f; }
+
+const std::string& cpu_description() {
+    static const std::string d = describe_cpu();
+    return d;
+}
+
+std::string cpu_system_info() {
+    std::string kernels;
+    try {
+        kernels = std::string(isa_name(selected_isa()));
+    } catch (const std::exception& e) {
+        kernels = std::string("none (") + e.what() + ")";
+    }
+    const CpuFeatures& f = cpu_features();
+    std::string s = "CPU: " + cpu_description() + " | kernels: " + kernels;
+    const std::pair<const char*, bool> flags[] = {
+        {"AVX2", f.avx2},          {"FMA", f.fma},           {"F16C", f.f16c},       {"AVX512", f.avx512f},
+        {"AVX512_VNNI", f.avx512vnni}, {"AVX512_BF16", f.avx512bf16}, {"GFNI", f.gfni}, {"AMX_INT8", f.amx_int8},
+        {"AMX_BF16", f.amx_bf16},  {"NEON", f.neon},         {"DOTPROD", f.dotprod}, {"I8MM", f.i8mm},
+    };
+    for (const auto& [name, on] : flags) s += std::string(" | ") + name + " = " + (on ? "1" : "0");
+    return s;
+}
 
 bool isa_supported(Isa isa) {
     const Detected& d = detected();

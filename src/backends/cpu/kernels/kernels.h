@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #if defined(_MSC_VER) && !defined(__clang__)
@@ -59,6 +60,12 @@ struct CpuFeatures {
     bool zen4 = false;
 };
 const CpuFeatures& cpu_features();
+// The CPU's name as it gives it (x86: the CPUID brand string, with family and model; elsewhere
+// what the system reports), "unknown" where there is none. Read once.
+const std::string& cpu_description();
+// One line for logs and benchmark records: the CPU, the kernel set in use (or why KILN_CPU
+// cannot be honoured) and the instruction-set features detected, llama.cpp's system_info style.
+std::string cpu_system_info();
 
 // The best instruction set this CPU supports, unless the environment variable
 // KILN_CPU (scalar | avx2 | avx512 | neon) forces one; forcing an unsupported
