@@ -219,18 +219,23 @@ void print_jsonl(FILE* out, const Report& rep) {
 
 // ---- CSV ----
 
+// s between quotes q, the quotes inside doubled (CSV fields, SQL string literals).
+std::string quoted(const std::string& s, char q) {
+    std::string o(1, q);
+    for (char c : s) {
+        o += c;
+        if (c == q) o += c;
+    }
+    return o + q;
+}
+
 std::string csv_value(const Value& v) {
     if (v.absent) return "";
     switch (v.kind) {
         case Value::Kind::Bool: return v.i ? "true" : "false";
         case Value::Kind::Int: return std::to_string(v.i);
         case Value::Kind::Real: return fmt("%.10g", v.d);
-        case Value::Kind::Text: {
-            // RFC 4180: quote every text field, doubling quotes inside.
-            std::string o = "\"";
-            for (char c : v.s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
-            return o + "\"";
-        }
+        case Value::Kind::Text: return quoted(v.s, '"');  // RFC 4180: every text field quoted
     }
     return "";
 }
@@ -269,11 +274,7 @@ std::string sql_value(const Value& v) {
         case Value::Kind::Bool:
         case Value::Kind::Int: return std::to_string(v.i);
         case Value::Kind::Real: return fmt("%.17g", v.d);
-        case Value::Kind::Text: {
-            std::string o = "'";  // SQL string literal: quotes doubled
-            for (char c : v.s) o += c == '\'' ? std::string("''") : std::string(1, c);
-            return o + "'";
-        }
+        case Value::Kind::Text: return quoted(v.s, '\'');  // a string literal
     }
     return "NULL";
 }
