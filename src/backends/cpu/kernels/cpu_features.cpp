@@ -3,8 +3,8 @@
 // A feature counts as present only if the CPU has it AND the operating system
 // saves the register state it needs (x86: XCR0 via XGETBV), so that a kernel
 // set is never chosen on a machine or VM where its instructions would fault.
-// Detection runs once (a function-local static: initialised thread-safely on
-// first use) and is the only state this file keeps.
+// Detection and the CPU's name run once each (function-local statics: initialised
+// thread-safely on first use), the only state this file keeps.
 
 #include <cstdio>
 #include <cstdlib>
@@ -104,6 +104,18 @@ unsigned long long xgetbv0() {
 
 inline bool bit(unsigned v, int b) { return (v >> b) & 1u; }
 
+// CPUID leaf 1's EAX: the family (the base field, plus the extended one when the base reads 0Fh:
+// AMD's Zen 5 is 1Ah) and the model (extended bits included for families 06h and 0Fh), as Linux's
+// /proc/cpuinfo shows them.
+unsigned cpu_family(unsigned eax) {
+    const unsigned base = (eax >> 8) & 0xF;
+    return base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
+}
+unsigned cpu_model(unsigned eax) {
+    const unsigned base_family = (eax >> 8) & 0xF, model = (eax >> 4) & 0xF;
+    return base_family == 0x6 || base_family == 0xF ? model | (((eax >> 16) & 0xF) << 4) : model;
+}
+
 // Reads an environment variable; empty when unset.
 std::string env_string(const char* name);
 
@@ -127,9 +139,7 @@ Detected detect() {
     d.f.amd = l0.ebx == 0x68747541u && l0.edx == 0x69746e65u && l0.ecx == 0x444d4163u;  // "AuthenticAMD"
     if (max_leaf < 1) return d;
     const Regs l1 = cpuid(1, 0);
-    // Family: the base field, plus the extended one when the base reads 0Fh (AMD's Zen 5 is 1Ah).
-    const unsigned base_family = (l1.eax >> 8) & 0xF;
-    const unsigned family = base_family == 0xF ? base_family + ((l1.eax >> 20) & 0xFF) : base_family;
+    const unsigned family = cpu_family(l1.eax);
     d.f.zen5 = d.f.amd && family >= 0x1A;
     d.f.zen4 = d.f.amd && family == 0x19;
     const bool osxsave = bit(l1.ecx, 27);
@@ -227,12 +237,9 @@ std::string describe_cpu() {
         name = trim(brand);
     }
     if (cpuid(0, 0).eax >= 1) {
-        // Family and model as Linux's /proc/cpuinfo shows them (extended fields included).
-        const unsigned a = cpuid(1, 0).eax, base_family = (a >> 8) & 0xF;
-        const unsigned family = base_family == 0xF ? base_family + ((a >> 20) & 0xFF) : base_family;
-        const unsigned model = (base_family == 0x6 || base_family == 0xF) ? ((a >> 4) & 0xF) | (((a >> 16) & 0xF) << 4) : (a >> 4) & 0xF;
+        const unsigned a = cpuid(1, 0).eax;
         char buf[64];
-        std::snprintf(buf, sizeof buf, "family %u model %u", family, model);
+        std::snprintf(buf, sizeof buf, "family %u model %u", cpu_family(a), cpu_model(a));
         name = name.empty() ? std::string(buf) : name + " (" + buf + ")";
     }
 #elif defined(KILN_CPUID_ARM64) && defined(__APPLE__)
