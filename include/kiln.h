@@ -128,6 +128,14 @@ struct kiln_context_params {
                                   2 = precise (8-bit + residual pass, ~16-bit activations, F32
                                   attention). On CPUs with AVX512-FP16, auto and fast compute the
                                   attention over an F16 cache with FP16 products. */
+    const char* cpu_mask;      /* CPUs the compute threads run on, as a hexadecimal bit mask (llama.cpp's -C:
+                                  "0x3" = CPUs 0 and 1, "0xf0" = CPUs 4-7); NULL, "" or "0x0": wherever the
+                                  OS puts them. The thread that calls kiln_decode computes too, placed as
+                                  thread 0 for the length of the call. Copied by kiln_context_new. */
+    bool cpu_strict;           /* each thread alone on one CPU of cpu_mask (thread i on the mask's i-th CPU,
+                                  cycling), instead of every thread on any of them */
+    int32_t poll;              /* 0..100: how long idle compute threads spin for work before they sleep,
+                                  40 us per level (50 = 2 ms, the default; 0 = sleep at once) */
 };
 
 KILN_API struct kiln_context_params kiln_context_default_params(void);

@@ -137,7 +137,7 @@ std::vector<Isa> isas_to_test() {
 class Harness {
 public:
     explicit Harness(int n_threads, MatmulPrecision p = MatmulPrecision::Fast)
-        : backend_(CpuBackendOptions{n_threads, p}), sched_({&backend_}, nullptr) {}
+        : backend_(CpuBackendOptions{.n_threads = n_threads, .matmul_precision = p}), sched_({&backend_}, nullptr) {}
 
     Graph g;
 
@@ -1396,7 +1396,7 @@ TEST(CpuOpsChain, MixedGraphMatchesStepwise) {
 // Buffers of 2 MiB and more (KV cache layers) are asked for in huge pages, their part past the last
 // whole huge page not (HostBuffer): the smaps flags of the mappings say so (hg / nh).
 TEST(CpuBackendBasics, LargeBuffersAskForHugePages) {
-    CpuBackend be(CpuBackendOptions{1, MatmulPrecision::Fast});
+    CpuBackend be(CpuBackendOptions{.n_threads = 1, .matmul_precision = MatmulPrecision::Fast});
     constexpr size_t kBytes = (size_t{5} << 20) + 1000;
     auto buf = be.alloc_buffer(kBytes);
     auto* base = static_cast<uint8_t*>(buf->base());
@@ -1446,7 +1446,7 @@ TEST(CpuBackendBasics, LargeBuffersAskForHugePages) {
 }
 
 TEST(CpuBackendBasics, ReportsItselfAndRejectsUnsupported) {
-    CpuBackend be(CpuBackendOptions{3, MatmulPrecision::Fast});
+    CpuBackend be(CpuBackendOptions{.n_threads = 3, .matmul_precision = MatmulPrecision::Fast});
     EXPECT_EQ(be.n_threads(), 3);
     EXPECT_TRUE(be.is_host());
     EXPECT_EQ(be.name(), "CPU");

@@ -158,7 +158,7 @@ void for_each_touched(std::span<Tensor* const> nodes, F f) {
 // of every node it runs lies in its own memory (as a GPU could only address that).
 class FakeDevice final : public Backend {
 public:
-    explicit FakeDevice(int n_threads) : inner_(CpuBackendOptions{n_threads, MatmulPrecision::Fast}) {}
+    explicit FakeDevice(int n_threads) : inner_(CpuBackendOptions{.n_threads = n_threads, .matmul_precision = MatmulPrecision::Fast}) {}
     std::string_view name() const override { return "FAKE"; }
     bool is_host() const override { return false; }
     bool supports_op(const Tensor& node) const override {
@@ -193,7 +193,7 @@ private:
 // The host backend, checking that it never touches the fake device's memory directly.
 class HostSpy final : public Backend {
 public:
-    HostSpy(int n_threads, const FakeDevice* dev) : inner_(CpuBackendOptions{n_threads, MatmulPrecision::Fast}), dev_(dev) {}
+    HostSpy(int n_threads, const FakeDevice* dev) : inner_(CpuBackendOptions{.n_threads = n_threads, .matmul_precision = MatmulPrecision::Fast}), dev_(dev) {}
     std::string_view name() const override { return inner_.name(); }
     bool is_host() const override { return true; }
     bool supports_op(const Tensor& node) const override { return inner_.supports_op(node); }
@@ -289,7 +289,7 @@ struct TinyModel {
 
 std::vector<float> single_backend_logits(const TinyModel& m, int n_threads) {
     TinyModel copy = m;
-    CpuBackend cpu(CpuBackendOptions{n_threads, MatmulPrecision::Fast});
+    CpuBackend cpu(CpuBackendOptions{.n_threads = n_threads, .matmul_precision = MatmulPrecision::Fast});
     Scheduler sched({&cpu}, nullptr);
     Graph g;
     auto b = copy.build(g);
@@ -303,7 +303,7 @@ std::vector<float> single_backend_logits(const TinyModel& m, int n_threads) {
 // ---- liveness -----------------------------------------------------------------------------------
 
 TEST(SchedulerMemory, LongChainReusesMemory) {
-    CpuBackend cpu(CpuBackendOptions{2, MatmulPrecision::Fast});
+    CpuBackend cpu(CpuBackendOptions{.n_threads = 2, .matmul_precision = MatmulPrecision::Fast});
     Scheduler sched({&cpu}, nullptr);
     Graph g;
     const int64_t n = 1024, rows = 4;
@@ -336,7 +336,7 @@ TEST(SchedulerMemory, LongChainReusesMemory) {
 }
 
 TEST(SchedulerMemory, OutputsStayValidAfterCompute) {
-    CpuBackend cpu(CpuBackendOptions{3, MatmulPrecision::Fast});
+    CpuBackend cpu(CpuBackendOptions{.n_threads = 3, .matmul_precision = MatmulPrecision::Fast});
     Scheduler sched({&cpu}, nullptr);
     Graph g;
     const int64_t n = 300;
@@ -384,7 +384,7 @@ TEST(SchedulerMemory, OutputsStayValidAfterCompute) {
 // An output that is a view of an intermediate result (e.g. the last token's row of the final norm,
 // or a reshape of the logits) must keep the viewed memory alive.
 TEST(SchedulerMemory, OutputViewKeepsItsSourceAlive) {
-    CpuBackend cpu(CpuBackendOptions{1, MatmulPrecision::Fast});
+    CpuBackend cpu(CpuBackendOptions{.n_threads = 1, .matmul_precision = MatmulPrecision::Fast});
     Scheduler sched({&cpu}, nullptr);
     Graph g;
     const int64_t n = 64;
@@ -411,7 +411,7 @@ TEST(SchedulerMemory, OutputViewKeepsItsSourceAlive) {
 }
 
 TEST(SchedulerMemory, ViewsAndStoreRowsAlias) {
-    CpuBackend cpu(CpuBackendOptions{2, MatmulPrecision::Fast});
+    CpuBackend cpu(CpuBackendOptions{.n_threads = 2, .matmul_precision = MatmulPrecision::Fast});
     Scheduler sched({&cpu}, nullptr);
     Graph g;
     const int64_t n = 32, cells = 6;

@@ -21,7 +21,8 @@ class ModelParams(ctypes.Structure):
 class ContextParams(ctypes.Structure):
     _fields_ = [("n_ctx", ctypes.c_uint32), ("n_batch", ctypes.c_uint32), ("n_ubatch", ctypes.c_uint32),
                 ("n_threads", ctypes.c_int32), ("type_k", ctypes.c_int32), ("type_v", ctypes.c_int32),
-                ("n_seq_max", ctypes.c_uint32), ("matmul_precision", ctypes.c_int32)]
+                ("n_seq_max", ctypes.c_uint32), ("matmul_precision", ctypes.c_int32),
+                ("cpu_mask", ctypes.c_char_p), ("cpu_strict", ctypes.c_bool), ("poll", ctypes.c_int32)]
 
 
 class Batch(ctypes.Structure):

@@ -86,13 +86,19 @@ class Model:
 
 class Context:
     def __init__(self, model: Model, n_ctx: int = 512, n_batch: int = 512, n_ubatch: int = 512, n_threads: int = 0,
-                 type_k: str = "f16", type_v: str = "f16", n_seq_max: int = 1, precision: str = "auto"):
+                 type_k: str = "f16", type_v: str = "f16", n_seq_max: int = 1, precision: str = "auto",
+                 cpu_mask: str | None = None, cpu_strict: bool = False, poll: int = 50):
+        """cpu_mask: CPUs the compute threads run on, as llama.cpp's -C hex mask ("0x3": CPUs 0 and 1;
+        None: wherever the OS puts them); cpu_strict: each thread alone on one of them; poll: 0..100,
+        how long idle threads spin before they sleep (40 us per level)."""
         self._lib = load_library()
         self.model = model
         p = self._lib.kiln_context_default_params()
         p.n_ctx, p.n_batch, p.n_ubatch, p.n_threads = n_ctx, n_batch, n_ubatch, n_threads
         p.type_k, p.type_v, p.n_seq_max = CACHE_TYPES[type_k], CACHE_TYPES[type_v], n_seq_max
         p.matmul_precision = PRECISION[precision]
+        mask = cpu_mask.encode() if cpu_mask is not None else None  # kept alive until kiln_context_new copies it
+        p.cpu_mask, p.cpu_strict, p.poll = mask, bool(cpu_strict), int(poll)
         self._h = self._lib.kiln_context_new(model._h, p)
         if not self._h:
             raise KilnError(last_error())

@@ -64,7 +64,7 @@ int32_t kiln_model_meta_val_str(const kiln_model* m, const char* key, char* buf,
 
 struct kiln_context_params kiln_context_default_params(void) {
     return kiln_context_params{.n_ctx = 4096, .n_batch = 2048, .n_ubatch = 512, .n_threads = 0, .type_k = 1, .type_v = 1,
-                               .n_seq_max = 1, .matmul_precision = 0};
+                               .n_seq_max = 1, .matmul_precision = 0, .cpu_mask = nullptr, .cpu_strict = false, .poll = 50};
 }
 
 kiln_context* kiln_context_new(const kiln_model* model, struct kiln_context_params p) {
@@ -80,13 +80,22 @@ kiln_context* kiln_context_new(const kiln_model* model, struct kiln_context_para
                 if (v < 0 || v > 2) throw std::invalid_argument("kiln_context_new: matmul_precision must be 0, 1 or 2");
                 return static_cast<kiln::MatmulPrecision>(v);
             };
+            auto placement_of = [](const kiln_context_params& q) {
+                try {
+                    return kiln::cpu::ThreadPlacement{.cpus = kiln::cpu::parse_cpu_mask(q.cpu_mask ? q.cpu_mask : ""),
+                                                      .strict = q.cpu_strict, .poll = q.poll};
+                } catch (const std::invalid_argument& e) {
+                    throw std::invalid_argument(std::string("kiln_context_new: ") + e.what());
+                }
+            };
             auto c = std::make_unique<kiln_context>();
             c->owner = model;
             c->ctx = std::make_unique<kiln::Context>(
                 *model->model, kiln::ContextParams{.n_ctx = p.n_ctx, .n_batch = p.n_batch, .n_ubatch = p.n_ubatch,
                                                    .n_threads = p.n_threads, .type_k = type_of(p.type_k, "K cache"),
                                                    .type_v = type_of(p.type_v, "V cache"), .n_seq_max = p.n_seq_max,
-                                                   .matmul_precision = precision_of(p.matmul_precision)});
+                                                   .matmul_precision = precision_of(p.matmul_precision),
+                                                   .placement = placement_of(p)});
             return c.release();
         },
         static_cast<kiln_context*>(nullptr));

@@ -71,7 +71,7 @@ Context::Context(const Model& model, const ContextParams& params)
     : model_(model),
       params_(params),
       n_ctx_(params.n_ctx ? params.n_ctx : static_cast<uint32_t>(std::min<int64_t>(model.hparams().n_ctx_train, 1 << 20))),
-      cpu_(cpu::CpuBackendOptions{.n_threads = params.n_threads, .matmul_precision = params.matmul_precision}),
+      cpu_(cpu::CpuBackendOptions{.n_threads = params.n_threads, .matmul_precision = params.matmul_precision, .placement = params.placement}),
       sched_({&cpu_}, [](int) { return 0; }) {
     const HParams& hp = model.hparams();
     if (params_.n_ubatch == 0 || params_.n_batch == 0) throw std::invalid_argument("context: n_batch and n_ubatch must be > 0");

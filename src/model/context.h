@@ -24,6 +24,7 @@ struct ContextParams {
     Type type_v = Type::F16;
     uint32_t n_seq_max = 1;   // sequences the context holds at once (<= 64)
     MatmulPrecision matmul_precision = MatmulPrecision::Auto;
+    cpu::ThreadPlacement placement = {};  // CPUs the compute threads run on (empty: the OS places them), poll level
 };
 
 // Tokens to decode, each with its position, sequences, and whether its logits are wanted.

@@ -9,6 +9,7 @@ matmul operations per token (--peak's GOPS) against the file's 2-D tensors.
 """
 import csv
 import functools
+import glob
 import io
 import json
 import os
@@ -22,7 +23,7 @@ import gguf
 import pytest
 
 FIELDS = {
-    "build_commit", "cpu_info", "backends", "kernels", "model_filename", "model_type", "model_size", "model_n_params", "n_threads", "n_batch", "n_ubatch", "type_k",
+    "build_commit", "cpu_info", "backends", "kernels", "model_filename", "model_type", "model_size", "model_n_params", "n_threads", "cpu_mask", "cpu_strict", "poll", "n_batch", "n_ubatch", "type_k",
     "type_v", "precision", "n_ctx", "n_prompt", "n_gen", "n_depth", "n_parallel", "test", "test_time", "repetitions",
     "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "avg_ts_per_seq", "weight_bytes_per_token", "kv_bytes_per_token",
     "bytes_per_token", "effective_gibs", "bandwidth_gibs", "bandwidth_median_gibs", "bandwidth_plain_gibs", "row_bandwidth_gibs", "bandwidth_pct",
@@ -422,9 +423,57 @@ def test_llama_bench_spellings_and_settings_columns(tool, models):
     assert (row["type_k"], row["type_v"], row["n_ubatch"], row["n_batch"], row["precision"]) == ("q8_0", "f32", "4", "8", "fast")
 
 
+def test_cpu_placement_settings(tool, models):
+    # llama-bench's -C / --cpu-strict / --poll: each value a setting of its own rows, in llama-bench's
+    # order (threads, mask, strict, poll outermost), in every format and, when not the default, as columns.
+    rows = bench_json(tool, "-m", models["llama"], "-p", "4", "-n", "0", "-C", "0x1,3", "--cpu-strict", "0,1",
+                      "--poll", "0")
+    assert [(r["cpu_mask"], r["cpu_strict"], r["poll"]) for r in rows] == [
+        ("0x1", False, 0), ("0x1", True, 0), ("0x3", False, 0), ("0x3", True, 0)]
+    (default,) = bench_json(tool, "-m", models["llama"], "-p", "4", "-n", "0")
+    assert (default["cpu_mask"], default["cpu_strict"], default["poll"]) == ("0x0", False, 50)
+    res = bench(tool, "-m", models["llama"], "-p", "4", "-n", "0", "-C", "0X01", "--poll", "10")
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("|")]
+    row = dict(zip(*([c.strip() for c in ln.strip("|").split("|")] for ln in (lines[0], lines[2]))))
+    assert (row["cpu_mask"], row["poll"]) == ("0x1", "10") and "cpu_strict" not in row
+
+
+def test_placed_threads_run_where_the_mask_says(tool, models):
+    # Read from the OS while the test runs: some thread of the process is held on exactly the
+    # masked CPU (the compute workers for the whole test; the main thread only inside each step).
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2 or not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs Linux and two CPUs")
+    cpu = max(os.sched_getaffinity(0))
+    proc = subprocess.Popen([tool("kiln-bench"), "-m", models["llama"], "-p", "0", "-n", "256", "-r", "40", "-t", "2",
+                             "-C", f"{1 << cpu:#x}", "--cpu-strict", "1", "-o", "json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    seen = set()
+    try:
+        while proc.poll() is None and str(cpu) not in seen:
+            for status in glob.glob(f"/proc/{proc.pid}/task/*/status"):
+                try:
+                    with open(status) as f:
+                        seen |= {ln.split(":", 1)[1].strip() for ln in f if ln.startswith("Cpus_allowed_list:")}
+                except OSError:
+                    pass
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert str(cpu) in seen, seen
+
+
 def test_fixed_context(tool, models):
     (row,) = bench_json(tool, "-m", models["llama"], "-p", "0", "-n", "2", "-c", "256")
     assert row["n_ctx"] == 256
+
+
+def test_unavailable_cpu_fails_its_tests_by_name(tool, models):
+    # CPU 1023 parses but is not one this process has: each test of it fails, naming the CPU; the others run.
+    res = bench(tool, "-m", models["llama"], "-p", "4", "-n", "0", "-C", "0x1,0x8" + "0" * 255, "-o", "json")
+    assert res.returncode == 1
+    assert [r["cpu_mask"] for r in json.loads(res.stdout)] == ["0x1"]
+    assert "cannot place a thread on CPU 1023" in res.stderr, res.stderr
 
 
 def test_failed_model_is_reported_and_others_run(tool, models, tmp_path):
@@ -457,6 +506,11 @@ def test_failed_model_is_reported_and_others_run(tool, models, tmp_path):
     (["-pg", "8,4x"], r"-pg: expected PP,TG"),
     (["-pg", "99999999999999999999,4"], r"-pg: expected PP,TG"),
     (["-pg", "8,4,2"], r"-pg: expected PP,TG"),
+    (["-C", "0xg"], r"-C: '0xg' is not a CPU mask \('g' is not a hexadecimal digit\)"),
+    (["-C", "0x1" + "0" * 256], r"-C: .* names CPUs above 1023"),
+    (["--cpu-strict", "2"], r"--cpu-strict: 2 is out of range \[0, 1\]"),
+    (["--poll", "101"], r"--poll: 101 is out of range \[0, 100\]"),
+    (["--prio", "4"], r"--prio"),
     (["-p", "0", "-n", "0", "-pg", "16,8", "-c", "20"], r"pp16\+tg8 needs 24 KV cells"),
 ])
 def test_bad_flags_are_clear_errors(tool, models, args, pattern):

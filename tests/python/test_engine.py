@@ -320,3 +320,32 @@ def test_build_and_system_info():
     assert info.startswith("CPU: ") and " | kernels: " in info and " | AVX2 = " in info
     commit = kiln.build_commit()
     assert commit == "unknown" or re.fullmatch(r"[0-9a-f]{7,40}", commit)
+
+
+def test_placed_threads_give_the_same_logits(synth_models):
+    # Placement changes where the threads run, never what they compute: the logits of an unplaced
+    # context, bit for bit, with the threads on one CPU, each on its own, or spinning not at all.
+    import os
+    model = Model(synth_models["llama-q4_K"])
+    prompt = PROMPTS[1]
+    base = kiln_all_logits(model, prompt, "precise", n_threads=2)
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    one = f"{1 << allowed[-1]:#x}"
+    every = f"{sum(1 << c for c in allowed):#x}"
+    for args in ({"cpu_mask": one}, {"cpu_mask": every, "cpu_strict": True}, {"cpu_mask": every, "poll": 0},
+                 {"cpu_mask": "0x0", "cpu_strict": True, "poll": 100}):
+        placed = kiln_all_logits(model, prompt, "precise", n_threads=2, **args)
+        np.testing.assert_array_equal(placed, base, err_msg=str(args))
+    if hasattr(os, "sched_getaffinity"):
+        assert sorted(os.sched_getaffinity(0)) == allowed  # the caller's own CPUs are back
+
+
+def test_bad_placement_is_an_error(synth_models):
+    model = Model(synth_models["llama-q4_K"])
+    with pytest.raises(KilnError, match=r"cpu_mask '0xzz'.*'z' is not a hexadecimal digit"):
+        Context(model, n_ctx=32, cpu_mask="0xzz")
+    with pytest.raises(KilnError, match=r"poll: 101 is out of range \[0, 100\]"):
+        Context(model, n_ctx=32, poll=101)
+    # CPU 1023: the highest a mask may name, and (on any machine this runs on) not one this process has.
+    with pytest.raises(KilnError, match=r"cannot place a thread on CPU 1023"):
+        Context(model, n_ctx=32, cpu_mask="0x8" + "0" * 255)

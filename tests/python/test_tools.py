@@ -133,6 +133,24 @@ def test_cli_errors_are_one_line(tool, synth_models, tmp_path):
     assert_one_line_error(run(tool("kiln-cli"), "-m", garbage, "-p", "x"), "kiln-cli", "cannot load model")
 
 
+def test_cli_cpu_placement_flags(tool, synth_models):
+    # llama.cpp's -C, -Cr, --cpu-strict, --poll and --prio: the threads move, the greedy text does not.
+    path, args = synth_models["llama-q4_K"], ["-p", "The quick brown fox", "-n", "8", "--temp", "0", "-c", "64", "--ignore-eos"]
+    base = cli(tool, path, *args)
+    assert base.returncode == 0, base.stderr
+    for placement in (["-C", "0x1"], ["-C", "1", "--cpu-strict", "1", "--poll", "0"], ["-Cr", "0-0", "--poll", "100"],
+                      ["--cpu-range", "0", "--prio", "0"], ["--prio", "-1"]):
+        res = cli(tool, path, *args, *placement)
+        assert res.returncode == 0, (placement, res.stderr)
+        assert res.stdout == base.stdout, placement
+    model = synth_models["llama-f16"]
+    for flags, pattern in ((["-C", "0xq"], r"-C: '0xq' is not a CPU mask"), (["-Cr", "3-1"], r"-Cr: expected a CPU range lo-hi"),
+                           (["-Cr", "0-2000"], r"-Cr: expected a CPU range"), (["-C", "0x1", "-Cr", "0-1"], r"excludes"),
+                           (["--poll", "200"], r"--poll"), (["--cpu-strict", "5"], r"--cpu-strict"), (["--prio", "9"], r"--prio"),
+                           (["-C", "0x8" + "0" * 255], r"cannot place a thread on CPU 1023")):
+        assert_one_line_error(cli(tool, model, "-p", "x", "-n", "1", *flags), "kiln-cli", pattern)
+
+
 def test_cli_prompt_longer_than_context(tool, synth_models):
     res = cli(tool, synth_models["llama-f16"], "-c", "32", "-p", "word " * 100)
     assert_one_line_error(res, "kiln-cli", r"the prompt is \d+ tokens but the context holds 32")
@@ -141,7 +159,8 @@ def test_cli_prompt_longer_than_context(tool, synth_models):
 def test_cli_help(tool):
     res = run(tool("kiln-cli"), "--help")
     assert res.returncode == 0
-    for flag in ["--n-predict", "--ctx-size", "--cache-type-k", "--precision", "--conversation", "--top-p", "--seed"]:
+    for flag in ["--n-predict", "--ctx-size", "--cache-type-k", "--precision", "--conversation", "--top-p", "--seed", "--cpu-mask",
+                 "--cpu-range", "--cpu-strict", "--poll", "--prio"]:
         assert flag in res.stdout
 
 

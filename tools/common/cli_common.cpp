@@ -1,4 +1,5 @@
 #include "cli_common.h"
+#include "cpu_options.h"
 #include "utf8_args.h"
 
 #include <algorithm>
@@ -125,6 +126,18 @@ void add_context_options(CLI::App& app, ContextArgs& a) {
         ->check(CLI::IsMember(kCacheTypes, CLI::ignore_case)), "TYPE");
     metavar(app.add_option("--precision", a.precision, "matmul precision: auto, fast (8-bit activations, BF16 ones for 32+ rows on AMX-BF16 CPUs, BF16 attention on Zen 4/5), precise (also F32 attention; auto and fast take FP16 attention on AVX512-FP16 CPUs)")
         ->check(CLI::IsMember(kPrecisions, CLI::ignore_case)), "MODE");
+    CLI::Option* mask = metavar(app.add_option("-C,--cpu-mask", a.cpu_mask, "CPUs the threads run on, a hexadecimal mask (0x3: CPUs 0 and 1; 0x0: wherever the OS puts them)")
+        ->transform(CLI::Validator([](std::string& s) { s = checked_cpu_mask("-C", s); return std::string(); }, "", "")), "MASK");
+    app.add_option_function<std::string>("--cpu-range", [&a](const std::string& r) { a.cpu_mask = cpu_range_mask("-Cr", r); },
+                                         "CPUs the threads run on, as a range (-Cr lo-hi; instead of -C)")
+        ->option_text("LO-HI")
+        ->excludes(mask);
+    metavar(app.add_option("--cpu-strict", a.cpu_strict, "1: each thread alone on one CPU of the mask (thread i on its i-th CPU)")->check(CLI::Range(0, 1)), "0|1");
+    metavar(app.add_option("--poll", a.poll, "how long idle threads spin for work before they sleep, 0-100 (40 us a level; 0: sleep at once)")->check(CLI::Range(0, 100)), "N");
+    app.add_option_function<int32_t>("--prio", [](int32_t level) { set_process_priority(level); },
+                                     "process priority: -1 low, 0 normal (left as it is), 1 medium, 2 high, 3 realtime")
+        ->check(CLI::Range(kPrioLow, kPrioRealtime))
+        ->option_text("N [0]");
 }
 
 kiln_context_params context_params(const ContextArgs& a) {
@@ -137,6 +150,9 @@ kiln_context_params context_params(const ContextArgs& a) {
     p.type_v = cache_type_id(a.cache_type_v);
     const auto it = std::find(kPrecisions.begin(), kPrecisions.end(), a.precision);
     p.matmul_precision = it == kPrecisions.end() ? 0 : static_cast<int32_t>(it - kPrecisions.begin());
+    p.cpu_mask = a.cpu_mask.c_str();
+    p.cpu_strict = a.cpu_strict != 0;
+    p.poll = a.poll;
     return p;
 }
 

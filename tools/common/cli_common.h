@@ -99,8 +99,14 @@ struct ContextArgs {
     std::string cache_type_k = "f16";
     std::string cache_type_v = "f16";
     std::string precision = "auto";
+    std::string cpu_mask = "0x0";  // -C (or -Cr, converted), as checked_cpu_mask writes it; 0x0: the OS places the threads
+    int32_t cpu_strict = 0;        // 1: each thread alone on one CPU of the mask
+    int32_t poll = 50;             // 0..100: how long idle threads spin before they sleep
 };
+// The context group, with llama.cpp's CPU flags: -C, -Cr (give the tool {"-Cr", "--cpu-range"} as an
+// alias), --cpu-strict, --poll, and --prio (the process priority, set when the flag is parsed).
 void add_context_options(CLI::App& app, ContextArgs& a);
+// The parameters for a's settings. cpu_mask points into a: keep a until the context is made.
 kiln_context_params context_params(const ContextArgs& a);
 
 struct SamplingArgs {

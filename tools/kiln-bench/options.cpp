@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "../common/cli_common.h"
+#include "../common/cpu_options.h"
 
 namespace kt = kiln_tools;
 
@@ -117,13 +118,15 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     std::vector<int32_t> flash_attn, no_kv_offload, main_gpu, embeddings;
     std::vector<std::string> split_mode, tensor_split;
     std::string numa;
-    int32_t prio = 0;
     bool progress = false;
     add_list(app, "-m,--model", o.models, "GGUF model files", "FILE")->required();
     add_list(app, "-p,--n-prompt", o.n_prompt, "prompt sizes (0: no prompt test)", "N");
     add_list(app, "-n,--n-gen", o.n_gen, "generation lengths (0: no generation test)", "N");
     add_list(app, "-d,--n-depth", o.n_depth, "KV positions filled (untimed) before each test", "N");
     add_list(app, "-t,--threads", o.n_threads, "threads [physical cores]", "N");
+    add_list(app, "-C,--cpu-mask", o.cpu_mask, "CPUs the threads run on, hexadecimal masks (0x3: CPUs 0 and 1; 0x0: wherever the OS puts them)", "MASK");
+    add_list(app, "--cpu-strict", o.cpu_strict, "1: each thread alone on one CPU of the mask (thread i on its i-th CPU)", "0|1");
+    add_list(app, "--poll", o.poll, "how long idle threads spin for work before they sleep, 0-100 (40 us a level; 0: sleep at once)", "N");
     add_list(app, "-b,--batch-size", o.n_batch, "most tokens per decode call (prompt chunks)", "N");
     add_list(app, "--ubatch-size", o.n_ubatch, "tokens per graph evaluation (-ub)", "N");
     add_list(app, "--cache-type-k", o.type_k, "K cache types (-ctk): f16, f32, bf16, q8_0", "TYPE");
@@ -149,7 +152,10 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     add_list(app, "--tensor-split", tensor_split, "accepted for llama-bench compatibility (-ts); no GPU backend", "SPLIT");
     add_list(app, "--embeddings", embeddings, "llama-bench's embeddings mode (-embd): only 0 (no embeddings mode here)", "0");
     kt::metavar(app.add_option("--numa", numa, "accepted for llama-bench compatibility; threads are not placed by NUMA node"), "MODE");
-    kt::metavar(app.add_option("--prio", prio, "accepted for llama-bench compatibility; the process priority is left as it is"), "N");
+    app.add_option_function<int32_t>("--prio", [](int32_t level) { kt::set_process_priority(level); },
+                                     "process priority: -1 low, 0 normal (left as it is), 1 medium, 2 high, 3 realtime")
+        ->check(CLI::Range(kt::kPrioLow, kt::kPrioRealtime))
+        ->option_text("N [0]");
     app.add_flag("--progress", progress, "accepted for llama-bench compatibility: progress always goes to stderr");
     kt::metavar(app.add_option("--mmap", mmap, "map the model file (-mmp 0: read it)"), "0|1");
     app.add_flag("--no-repack", o.no_repack, "keep the weights in the file's layout (no repacking for the CPU kernels)");
@@ -197,6 +203,9 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     check_range(o.n_gen, "-n", 0, kMaxTokens);
     check_range(o.n_depth, "-d", 0, kMaxTokens);
     check_range(o.n_threads, "-t", 1, 1024);
+    for (std::string& m : o.cpu_mask) m = kt::checked_cpu_mask("-C", m);
+    check_range(o.cpu_strict, "--cpu-strict", 0, 1);
+    check_range(o.poll, "--poll", 0, 100);
     check_range(o.n_batch, "-b", 1, kMaxTokens);
     check_range(o.n_ubatch, "-ub", 1, kMaxTokens);
     check_range(o.n_parallel, "--parallel", 1, 64);  // sequence sets are 64-bit masks
@@ -219,50 +228,75 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     return true;
 }
 
+namespace {
+
+// Every combination of the settings lists, the first list outermost (llama-bench's order), as
+// tests still to be given a kind and sizes.
+std::vector<Test> settings_combinations(const Options& o) {
+    std::vector<Test> bases{Test{}};
+    auto times = [&bases](const auto& values, auto set) {
+        std::vector<Test> next;
+        next.reserve(bases.size() * values.size());
+        for (const Test& b : bases) {
+            for (const auto& v : values) {
+                Test x = b;
+                set(x, v);
+                next.push_back(std::move(x));
+            }
+        }
+        bases = std::move(next);
+    };
+    times(o.n_threads, [](Test& x, int32_t v) { x.n_threads = v; });
+    times(o.cpu_mask, [](Test& x, const std::string& v) { x.cpu_mask = v; });
+    times(o.cpu_strict, [](Test& x, int32_t v) { x.cpu_strict = v != 0; });
+    times(o.poll, [](Test& x, int32_t v) { x.poll = v; });
+    times(o.n_batch, [](Test& x, int32_t v) { x.n_batch = v; });
+    times(o.n_ubatch, [](Test& x, int32_t v) { x.n_ubatch = v; });
+    times(o.type_k, [](Test& x, const std::string& v) { x.type_k = v; });
+    times(o.type_v, [](Test& x, const std::string& v) { x.type_v = v; });
+    times(o.precision, [](Test& x, const std::string& v) { x.precision = v; });
+    times(o.n_depth, [](Test& x, int32_t v) { x.n_depth = v; });
+    for (Test& x : bases) x.n_ubatch = std::min(x.n_ubatch, x.n_batch);
+    return bases;
+}
+
+}  // namespace
+
 std::vector<Test> expand_tests(const Options& o) {
     std::vector<Test> tests;
-    for (int32_t t : o.n_threads)
-        for (int32_t b : o.n_batch)
-            for (int32_t ub : o.n_ubatch)
-                for (const std::string& tk : o.type_k)
-                    for (const std::string& tv : o.type_v)
-                        for (const std::string& prec : o.precision)
-                            for (int32_t d : o.n_depth) {
-                                const Test base{.kind = TestKind::Prompt, .n_prompt = 0, .n_gen = 0, .n_depth = d, .n_parallel = 1,
-                                                .n_threads = t, .n_batch = b, .n_ubatch = std::min(ub, b), .type_k = tk,
-                                                .type_v = tv, .precision = prec};
-                                for (int32_t p : o.n_prompt) {
-                                    if (p == 0) continue;
-                                    Test x = base;
-                                    x.n_prompt = p;
-                                    tests.push_back(x);
-                                }
-                                for (int32_t n : o.n_gen) {
-                                    if (n == 0) continue;
-                                    Test x = base;
-                                    x.kind = TestKind::Generation;
-                                    x.n_gen = n;
-                                    tests.push_back(x);
-                                }
-                                for (auto [pp, tg] : o.prompt_gen) {
-                                    Test x = base;
-                                    x.kind = TestKind::PromptGen;
-                                    x.n_prompt = pp;
-                                    x.n_gen = tg;
-                                    tests.push_back(x);
-                                }
-                                for (int32_t np : o.n_parallel) {
-                                    for (int32_t n : o.n_gen) {
-                                        if (n == 0) continue;
-                                        Test x = base;
-                                        x.kind = TestKind::Parallel;
-                                        x.n_gen = n;
-                                        x.n_prompt = o.parallel_prompt;
-                                        x.n_parallel = np;
-                                        tests.push_back(x);
-                                    }
-                                }
-                            }
+    for (const Test& base : settings_combinations(o)) {
+        for (int32_t p : o.n_prompt) {
+            if (p == 0) continue;
+            Test x = base;
+            x.n_prompt = p;
+            tests.push_back(x);
+        }
+        for (int32_t n : o.n_gen) {
+            if (n == 0) continue;
+            Test x = base;
+            x.kind = TestKind::Generation;
+            x.n_gen = n;
+            tests.push_back(x);
+        }
+        for (auto [pp, tg] : o.prompt_gen) {
+            Test x = base;
+            x.kind = TestKind::PromptGen;
+            x.n_prompt = pp;
+            x.n_gen = tg;
+            tests.push_back(x);
+        }
+        for (int32_t np : o.n_parallel) {
+            for (int32_t n : o.n_gen) {
+                if (n == 0) continue;
+                Test x = base;
+                x.kind = TestKind::Parallel;
+                x.n_gen = n;
+                x.n_prompt = o.parallel_prompt;
+                x.n_parallel = np;
+                tests.push_back(x);
+            }
+        }
+    }
     // Fail before loading anything: a fixed context must hold every test (llama-bench instead sizes
     // each context to d + p + n, which is what -c 0 does).
     for (const Test& x : tests) {

@@ -18,6 +18,9 @@ struct Options {
     std::vector<int32_t> n_gen{128};
     std::vector<int32_t> n_depth{0};
     std::vector<int32_t> n_threads;  // empty until parsed: the physical cores
+    std::vector<std::string> cpu_mask{"0x0"};  // -C, as checked_cpu_mask writes them (0x0: the OS places the threads)
+    std::vector<int32_t> cpu_strict{0};        // 1: each thread alone on one CPU of the mask
+    std::vector<int32_t> poll{50};             // 0..100: how long idle threads spin before they sleep
     std::vector<int32_t> n_batch{2048};
     std::vector<int32_t> n_ubatch{512};
     std::vector<std::string> type_k{"f16"};
@@ -55,6 +58,9 @@ struct Test {
     int32_t n_depth = 0;       // KV positions filled before the test (per sequence)
     int32_t n_parallel = 1;    // sequences decoded together
     int32_t n_threads = 0;
+    std::string cpu_mask = "0x0";
+    bool cpu_strict = false;
+    int32_t poll = 50;
     int32_t n_batch = 0;
     int32_t n_ubatch = 0;
     std::string type_k, type_v, precision;

@@ -80,6 +80,9 @@ std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Resul
         {"model_size", Value::integer(static_cast<long long>(r.model.size))},
         {"model_n_params", Value::integer(static_cast<long long>(r.model.n_params))},
         {"n_threads", Value::integer(r.n_threads)},
+        {"cpu_mask", Value::text(r.test.cpu_mask)},
+        {"cpu_strict", Value::boolean(r.test.cpu_strict)},
+        {"poll", Value::integer(r.test.poll)},
         {"n_batch", Value::integer(r.test.n_batch)},
         {"n_ubatch", Value::integer(r.test.n_ubatch)},
         {"type_k", Value::text(r.test.type_k)},
@@ -403,6 +406,12 @@ void print_markdown(FILE* out, const Report& rep) {
         {"threads", true, [](const Report&, const Result& r) { return std::to_string(r.n_threads); }},
     };
     if (!rs.empty()) {
+        if (shown([](const Result& r) { return r.test.cpu_mask; }, std::string("0x0")))
+            cols.push_back({"cpu_mask", true, [](const Report&, const Result& r) { return r.test.cpu_mask; }});
+        if (shown([](const Result& r) { return r.test.cpu_strict; }, false))
+            cols.push_back({"cpu_strict", true, [](const Report&, const Result& r) { return std::string(r.test.cpu_strict ? "1" : "0"); }});
+        if (shown([](const Result& r) { return r.test.poll; }, 50))
+            cols.push_back({"poll", true, [](const Report&, const Result& r) { return std::to_string(r.test.poll); }});
         if (shown([](const Result& r) { return r.test.n_batch; }, 2048))
             cols.push_back({"n_batch", true, [](const Report&, const Result& r) { return std::to_string(r.test.n_batch); }});
         if (shown([](const Result& r) { return r.test.n_ubatch; }, 512))

@@ -253,7 +253,10 @@ Result run_test(const kiln_model* model, const ModelInfo& info, const Test& t, c
                        .n_threads = t.n_threads,
                        .cache_type_k = t.type_k,
                        .cache_type_v = t.type_v,
-                       .precision = t.precision};
+                       .precision = t.precision,
+                       .cpu_mask = t.cpu_mask,
+                       .cpu_strict = t.cpu_strict ? 1 : 0,
+                       .poll = t.poll};
     kiln_context_params cp = kt::context_params(ca);
     cp.n_seq_max = static_cast<uint32_t>(n_seq);
 

@@ -8,6 +8,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -143,7 +144,7 @@ size_t idle_prefetch_bytes() {
 }  // namespace
 
 CpuBackend::CpuBackend(CpuBackendOptions opts)
-    : precision_(opts.matmul_precision), isa_(selected_isa()), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores()), work_(pool_.size()),
+    : precision_(opts.matmul_precision), isa_(selected_isa()), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores(), std::move(opts.placement)), work_(pool_.size()),
       idle_prefetch_bytes_(idle_prefetch_bytes()) {}
 
 bool CpuBackend::supports_op(const Tensor& t) const {

@@ -10,6 +10,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/op_profile.h"
+#include "backends/cpu/thread_placement.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/cpu/work_regions.h"
 
@@ -18,6 +19,7 @@ namespace kiln::cpu {
 struct CpuBackendOptions {
     int n_threads = 0;  // 0: physical cores
     MatmulPrecision matmul_precision = MatmulPrecision::Auto;
+    ThreadPlacement placement = {};  // CPUs the threads run on, and how long idle ones spin
 };
 
 class CpuBackend final : public Backend {
@@ -31,6 +33,7 @@ public:
     DeviceMemory memory() const override;
 
     int n_threads() const { return pool_.size(); }
+    const ThreadPlacement& placement() const { return pool_.placement(); }
 
     // Per-op timing of the graphs computed while on (op_profile.h); turning it on clears it.
     void set_profiling(bool on);

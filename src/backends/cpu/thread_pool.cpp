@@ -15,11 +15,6 @@
 
 namespace kiln::cpu {
 namespace {
-// How long a worker polls for the next job before it sleeps on the condition variable. In
-// generation the next graph comes within a fraction of a millisecond (sampling, graph build);
-// waking a sleeping thread through the kernel took tens of microseconds per token on a VM.
-constexpr auto kPollBeforeSleep = std::chrono::milliseconds(2);
-
 // A hint to the core that this is a spin-wait loop.
 inline void cpu_relax() {
 #if defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
@@ -35,11 +30,29 @@ inline void cpu_relax() {
 struct Aborted {};
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+ThreadPool::ThreadPool(int n_threads, ThreadPlacement placement)
+    : n_threads_(n_threads < 1 ? 1 : n_threads),
+      placement_(std::move(placement)),
+      poll_(poll_micros(placement_.poll)),
+      placed_(static_cast<size_t>(n_threads_)) {
+    check_placement(placement_);
+    if (!placement_.cpus.empty()) {
+        // Every thread's CPUs are tried here, on this thread (then put back), so that a CPU the
+        // process may not use fails the construction, not the first run or a worker's start.
+        const size_t n_distinct = placement_.strict ? std::min(placement_.cpus.size(), static_cast<size_t>(n_threads_)) : 1;
+        for (size_t i = 0; i < n_distinct; ++i) bind_this_thread(bind_this_thread(cpus_of_thread(placement_, static_cast<int>(i))));
+    }
 #if !defined(KILN_OPENMP)  // with OpenMP, its runtime owns the workers
     threads_.reserve(static_cast<size_t>(n_threads_ - 1));
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 #endif
+}
+
+void ThreadPool::place_team_thread(int ith) {
+    const std::thread::id me = std::this_thread::get_id();
+    if (placed_[static_cast<size_t>(ith)] == me) return;
+    bind_this_thread(cpus_of_thread(placement_, ith));
+    placed_[static_cast<size_t>(ith)] = me;
 }
 
 ThreadPool::~ThreadPool() {
@@ -52,11 +65,16 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::worker(int ith) {
+    // The constructor tried these CPUs; should the OS refuse them now, the thread runs unplaced.
+    try {
+        bind_this_thread(cpus_of_thread(placement_, ith));
+    } catch (const std::exception&) {
+    }
     uint64_t seen = 0;
     for (;;) {
         // Poll first (the next job usually follows soon), then sleep.
-        const auto poll_end = std::chrono::steady_clock::now() + kPollBeforeSleep;
-        for (int i = 0; job_generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_acquire); ++i) {
+        const auto poll_end = std::chrono::steady_clock::now() + poll_;
+        for (int i = 0; poll_.count() > 0 && job_generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_acquire); ++i) {
             cpu_relax();
             if (i % 256 == 255 && std::chrono::steady_clock::now() > poll_end) break;
         }
@@ -87,8 +105,27 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     error_ = nullptr;
     aborted_.store(false, std::memory_order_relaxed);
     barrier_count_.store(0, std::memory_order_relaxed);
+    // The caller computes as thread 0: placed for this run (unless it already runs there), and its
+    // own CPUs put back when the run ends, so that placing a context's threads does not move the
+    // application's thread for good.
+    struct CallerCpus {
+        std::vector<int> before;  // empty: not moved
+        ~CallerCpus() {
+            try {
+                bind_this_thread(before);
+            } catch (const std::exception&) {  // the CPUs it had are gone: it stays where it is
+            }
+        }
+    } caller;
+    if (!placement_.cpus.empty()) {
+        const std::vector<int> mine = cpus_of_thread(placement_, 0);
+        if (this_thread_cpus() != mine) caller.before = bind_this_thread(mine);
+    }
     auto call = [&](int ith, int nth) {
         try {
+#if defined(KILN_OPENMP)
+            if (ith > 0 && !placement_.cpus.empty()) place_team_thread(ith);
+#endif
             fn(ith, nth);
         } catch (const Aborted&) {
         } catch (...) {

@@ -4,9 +4,14 @@
 // once per graph rather than once per op. Built with KILN_OPENMP, run() is an
 // OpenMP parallel region instead (the OpenMP runtime keeps the workers), with
 // the same barrier and exception handling.
+//
+// With a ThreadPlacement, thread i runs on the CPUs cpus_of_thread gives it: the
+// workers from their start (OpenMP's from their first run), the caller for the
+// length of each run() (its own affinity is put back when run() returns).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -15,17 +20,21 @@
 #include <vector>
 
 #include "backends/cpu/idle_prefetch.h"
+#include "backends/cpu/thread_placement.h"
 
 namespace kiln::cpu {
 
 class ThreadPool {
 public:
-    explicit ThreadPool(int n_threads);
+    // Throws std::invalid_argument / std::runtime_error when the placement is bad or a thread
+    // cannot be placed (the message names the CPUs).
+    explicit ThreadPool(int n_threads, ThreadPlacement placement = {});
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;
     ThreadPool& operator=(const ThreadPool&) = delete;
 
     int size() const { return n_threads_; }
+    const ThreadPlacement& placement() const { return placement_; }
     // Runs fn(ith, nth) on every thread and returns when all are done. The first exception
     // thrown by any thread is rethrown here (the other threads finish their call first).
     void run(const std::function<void(int ith, int nth)>& fn);
@@ -36,7 +45,13 @@ public:
 
 private:
     void worker(int ith);
+    // Places the calling thread as thread ith unless it already is (OpenMP's workers).
+    void place_team_thread(int ith);
     int n_threads_;
+    ThreadPlacement placement_;
+    std::chrono::microseconds poll_;  // how long an idle worker spins before it sleeps
+    // OpenMP: the thread last placed as thread i (each slot written only by thread i of a run).
+    std::vector<std::thread::id> placed_;
     std::vector<std::thread> threads_;
     std::mutex mutex_;
     std::condition_variable wake_;

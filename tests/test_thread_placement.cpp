@@ -1,0 +1,162 @@
+// Thread placement (llama.cpp's -C / --cpu-strict / --poll): CPU masks parse as
+// llama.cpp reads them, the pool's threads run on the CPUs they were given (read back
+// from the OS), the caller gets its own CPUs back after each run, and a CPU the
+// process may not use is refused when the pool is made, naming the CPU.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/thread_placement.h"
+#include "backends/cpu/thread_pool.h"
+
+namespace {
+
+using kiln::cpu::ThreadPlacement;
+using kiln::cpu::ThreadPool;
+using Cpus = std::vector<int>;
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(CpuMask, ParsesHexadecimalMasksAsLlamaCpp) {
+    using kiln::cpu::parse_cpu_mask;
+    EXPECT_EQ(parse_cpu_mask("0x3"), (Cpus{0, 1}));
+    EXPECT_EQ(parse_cpu_mask("3"), (Cpus{0, 1}));  // llama.cpp's -C is hexadecimal with or without 0x
+    EXPECT_EQ(parse_cpu_mask("0XF0"), (Cpus{4, 5, 6, 7}));
+    EXPECT_EQ(parse_cpu_mask("0xa5"), (Cpus{0, 2, 5, 7}));
+    EXPECT_EQ(parse_cpu_mask("10"), (Cpus{4}));
+    EXPECT_EQ(parse_cpu_mask("0x0001"), (Cpus{0}));
+    EXPECT_EQ(parse_cpu_mask("0x0"), Cpus{});
+    EXPECT_EQ(parse_cpu_mask(""), Cpus{});
+    // The last CPU a mask may name, and one past it.
+    EXPECT_EQ(parse_cpu_mask("0x8" + std::string(255, '0')), (Cpus{1023}));
+    EXPECT_NE(error_of([] { parse_cpu_mask("0x1" + std::string(256, '0')); }).find("CPU 1024"), std::string::npos);
+    // Zeros above the last CPU are fine.
+    EXPECT_EQ(parse_cpu_mask("0x" + std::string(300, '0') + "2"), (Cpus{1}));
+    for (const char* bad : {"0x", "0xg", "0x3 ", "-1", "0x1.0", "1,2"}) {
+        const std::string e = error_of([bad] { parse_cpu_mask(bad); });
+        EXPECT_NE(e.find(std::string("cpu_mask '") + bad + "'"), std::string::npos) << bad << ": " << e;
+    }
+}
+
+TEST(CpuMask, FormatsRoundTripAndLists) {
+    using namespace kiln::cpu;
+    EXPECT_EQ(format_cpu_mask(Cpus{}), "0x0");
+    EXPECT_EQ(format_cpu_mask(Cpus{0, 1}), "0x3");
+    EXPECT_EQ(format_cpu_mask(Cpus{4, 9}), "0x210");
+    EXPECT_EQ(format_cpu_list(Cpus{0, 1, 2, 5, 7, 8}), "0-2,5,7-8");
+    EXPECT_EQ(format_cpu_list(Cpus{3}), "3");
+    EXPECT_EQ(format_cpu_list(Cpus{}), "");
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 200; ++trial) {
+        Cpus cpus;
+        const int density = 1 + static_cast<int>(rng() % 8);
+        const int top = static_cast<int>(rng() % kMaxCpus);
+        for (int c = 0; c <= top; ++c)
+            if (static_cast<int>(rng() % 8) < density) cpus.push_back(c);
+        ASSERT_EQ(parse_cpu_mask(format_cpu_mask(cpus)), cpus) << format_cpu_mask(cpus);
+    }
+}
+
+TEST(CpuMask, StrictPlacementCyclesThroughTheMask) {
+    using kiln::cpu::cpus_of_thread;
+    const ThreadPlacement loose{.cpus = {2, 5, 9}, .strict = false};
+    const ThreadPlacement strict{.cpus = {2, 5, 9}, .strict = true};
+    EXPECT_EQ(cpus_of_thread(loose, 4), (Cpus{2, 5, 9}));
+    EXPECT_EQ(cpus_of_thread(strict, 0), (Cpus{2}));
+    EXPECT_EQ(cpus_of_thread(strict, 2), (Cpus{9}));
+    EXPECT_EQ(cpus_of_thread(strict, 4), (Cpus{5}));
+    EXPECT_EQ(cpus_of_thread(ThreadPlacement{.cpus = {}, .strict = true}, 3), Cpus{});
+}
+
+TEST(CpuMask, BadPlacementsAreRefused) {
+    using kiln::cpu::check_placement;
+    EXPECT_NE(error_of([] { check_placement(ThreadPlacement{.poll = 101}); }).find("poll: 101 is out of range"), std::string::npos);
+    EXPECT_NE(error_of([] { check_placement(ThreadPlacement{.poll = -1}); }).find("poll: -1"), std::string::npos);
+    EXPECT_NE(error_of([] { check_placement(ThreadPlacement{.cpus = {1, 0}}); }).find("ascending"), std::string::npos);
+    EXPECT_NE(error_of([] { ThreadPool pool(2, ThreadPlacement{.poll = 500}); }).find("poll: 500"), std::string::npos);
+}
+
+// The rest reads placements back from the OS: Linux only (elsewhere this_thread_cpus cannot tell).
+class PlacedPool : public ::testing::Test {
+protected:
+    void SetUp() override {
+        allowed_ = kiln::cpu::allowed_cpus();
+        if (allowed_.empty() || kiln::cpu::this_thread_cpus().empty()) GTEST_SKIP() << "this platform does not report thread affinity";
+    }
+    // Each thread's CPUs as the OS reports them from inside a run.
+    static std::vector<Cpus> cpus_in_run(ThreadPool& pool) {
+        std::vector<Cpus> seen(static_cast<size_t>(pool.size()));
+        pool.run([&](int ith, int) { seen[static_cast<size_t>(ith)] = kiln::cpu::this_thread_cpus(); });
+        return seen;
+    }
+    Cpus allowed_;
+};
+
+TEST_F(PlacedPool, StrictThreadsRunOnTheirOwnCpu) {
+    const Cpus caller_before = kiln::cpu::this_thread_cpus();
+    // One thread more than CPUs: the last one shares the first CPU (cycling).
+    const int n = static_cast<int>(allowed_.size()) + 1;
+    ThreadPool pool(n, ThreadPlacement{.cpus = allowed_, .strict = true});
+    for (int rep = 0; rep < 3; ++rep) {
+        const std::vector<Cpus> seen = cpus_in_run(pool);
+        for (int i = 0; i < n; ++i) EXPECT_EQ(seen[static_cast<size_t>(i)], Cpus{allowed_[static_cast<size_t>(i) % allowed_.size()]}) << "thread " << i;
+        // The caller computed as thread 0 on the first CPU, and has its own CPUs back.
+        EXPECT_EQ(kiln::cpu::this_thread_cpus(), caller_before);
+    }
+}
+
+TEST_F(PlacedPool, LooseThreadsShareTheMask) {
+    const Cpus caller_before = kiln::cpu::this_thread_cpus();
+    const Cpus one{allowed_.back()};
+    ThreadPool pool(3, ThreadPlacement{.cpus = one, .strict = false});
+    for (const Cpus& c : cpus_in_run(pool)) EXPECT_EQ(c, one);
+    EXPECT_EQ(kiln::cpu::this_thread_cpus(), caller_before);
+    // Every allowed CPU, not strict: each thread may run on all of them.
+    ThreadPool all(2, ThreadPlacement{.cpus = allowed_, .strict = false});
+    for (const Cpus& c : cpus_in_run(all)) EXPECT_EQ(c, allowed_);
+}
+
+TEST_F(PlacedPool, ACpuTheProcessMayNotUseIsRefusedByName) {
+    const Cpus caller_before = kiln::cpu::this_thread_cpus();
+    int outside = -1;
+    for (int c = 0; c < kiln::cpu::kMaxCpus && outside < 0; ++c)
+        if (!std::binary_search(allowed_.begin(), allowed_.end(), c)) outside = c;
+    ASSERT_GE(outside, 0);
+    // Alone (the OS refuses the call) and next to an allowed CPU (the OS would quietly drop it).
+    for (const bool strict : {true, false}) {
+        Cpus cpus{allowed_.front(), outside};
+        std::sort(cpus.begin(), cpus.end());
+        const std::string e = error_of([&] { ThreadPool pool(2, ThreadPlacement{.cpus = cpus, .strict = strict}); });
+        EXPECT_NE(e.find("CPU " + std::to_string(outside)), std::string::npos) << e;
+        EXPECT_EQ(kiln::cpu::this_thread_cpus(), caller_before);
+    }
+}
+
+TEST_F(PlacedPool, NoPollingWorkersSleepAndWake) {
+    // poll 0: workers sleep as soon as a job is done; every run must still reach them all.
+    ThreadPool pool(3, ThreadPlacement{.cpus = allowed_, .strict = true, .poll = 0});
+    std::atomic<int> calls{0};
+    for (int rep = 0; rep < 300; ++rep) {
+        pool.run([&](int, int) { calls.fetch_add(1); });
+        if (rep % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(calls.load(), 900);
+}
+
+}  // namespace
