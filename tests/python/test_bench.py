@@ -439,6 +439,13 @@ def test_cpu_placement_settings(tool, models):
     assert (row["cpu_mask"], row["poll"]) == ("0x1", "10") and "cpu_strict" not in row
 
 
+def test_integer_ranges_expand_as_llama_bench(tool, models):
+    # llama-bench's FIRST-LAST, FIRST-LAST+STEP and FIRST-LAST*FACTOR items, mixed with plain values.
+    rows = bench_json(tool, "-m", models["llama"], "-p", "2-16*2,5", "-n", "1-5+2", "-d", "0-1", "--no-warmup")
+    assert [r["test"] for r in rows] == (["pp2", "pp4", "pp8", "pp16", "pp5", "tg1", "tg3", "tg5"]
+                                         + ["pp2 @ d1", "pp4 @ d1", "pp8 @ d1", "pp16 @ d1", "pp5 @ d1", "tg1 @ d1", "tg3 @ d1", "tg5 @ d1"])
+
+
 def test_placed_threads_run_where_the_mask_says(tool, models):
     # Read from the OS while the test runs: some thread of the process is held on exactly the
     # masked CPU (the compute workers for the whole test; the main thread only inside each step).
@@ -506,6 +513,13 @@ def test_failed_model_is_reported_and_others_run(tool, models, tmp_path):
     (["-pg", "8,4x"], r"-pg: expected PP,TG"),
     (["-pg", "99999999999999999999,4"], r"-pg: expected PP,TG"),
     (["-pg", "8,4,2"], r"-pg: expected PP,TG"),
+    (["-p", "16-8"], r"-p: '16-8' is a range whose last value is below its first"),
+    (["-p", "0-64*2"], r"-p: '0-64\*2' is a range that never reaches its last value"),
+    (["-n", "4-8+0"], r"-n: '4-8\+0' is a range that never reaches"),
+    (["-ub", "1-100000000"], r"-ub: '1-100000000' gives more than 4096 values"),
+    (["-t", "2-"], r"-t: '2-' is not a number or range"),
+    (["-d", "1-4x2"], r"-d: '1-4x2' is not a number or range"),
+    (["-t", "0-2"], r"-t: 0 is out of range \[1, 1024\]"),
     (["-C", "0xg"], r"-C: '0xg' is not a CPU mask \('g' is not a hexadecimal digit\)"),
     (["-C", "0x1" + "0" * 256], r"-C: .* names CPUs above 1023"),
     (["--cpu-strict", "2"], r"--cpu-strict: 2 is out of range \[0, 1\]"),

@@ -74,6 +74,47 @@ CLI::Option* add_list(CLI::App& app, const std::string& names, std::vector<T>& v
     return o->option_text(def.empty() ? meta : meta + " [" + def + "]");
 }
 
+// llama-bench's integer list items: N, or a range first-last, first-last+step or first-last*factor
+// ("-p 64-512*2" is 64, 128, 256, 512). Values are range-checked by the caller.
+std::vector<int32_t> int_list(const char* flag, const std::vector<std::string>& items) {
+    constexpr size_t kMaxValues = 4096;  // a typo such as 1-100000000 is an error, not a day of tests
+    std::vector<int32_t> out;
+    for (const std::string& item : items) {
+        auto bad = [&](const char* why) {
+            return kt::ToolError(std::string(flag) + ": '" + item + "' " + why + " (expected N, FIRST-LAST, FIRST-LAST+STEP or FIRST-LAST*FACTOR)");
+        };
+        const char* p = item.data();
+        const char* const end = p + item.size();
+        auto number = [&](int64_t& v) {
+            const auto r = std::from_chars(p, end, v);
+            if (r.ec != std::errc() || v < INT32_MIN || v > INT32_MAX) throw bad("is not a number or range");
+            p = r.ptr;
+        };
+        int64_t first = 0, last = 0, step = 1;
+        char op = '+';
+        number(first);
+        last = first;
+        if (p != end && *p == '-') {
+            ++p;
+            if (p != end && *p == '-') throw bad("is not a number or range");
+            number(last);
+            if (p != end && (*p == '+' || *p == '*')) {
+                op = *p++;
+                if (p != end && *p == '-') throw bad("has a negative step");
+                number(step);
+            }
+        }
+        if (p != end) throw bad("is not a number or range");
+        if (last < first) throw bad("is a range whose last value is below its first");
+        if (op == '+' ? step < 1 : (step < 2 || first < 1)) throw bad("is a range that never reaches its last value");
+        for (int64_t v = first; v <= last; v = op == '+' ? v + step : v * step) {
+            if (out.size() >= kMaxValues) throw bad("gives more than 4096 values");
+            out.push_back(static_cast<int32_t>(v));
+        }
+    }
+    return out;
+}
+
 }  // namespace
 
 std::string Test::name() const {
@@ -119,16 +160,24 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     std::vector<std::string> split_mode, tensor_split;
     std::string numa;
     bool progress = false;
+    // Integer lists that take llama-bench's ranges: read as text, expanded after parsing.
+    auto as_text = [](const std::vector<int32_t>& v) {
+        std::vector<std::string> t;
+        for (int32_t x : v) t.push_back(std::to_string(x));
+        return t;
+    };
+    std::vector<std::string> n_prompt = as_text(o.n_prompt), n_gen = as_text(o.n_gen), n_depth = as_text(o.n_depth),
+                             n_threads, n_batch = as_text(o.n_batch), n_ubatch = as_text(o.n_ubatch), n_parallel;
     add_list(app, "-m,--model", o.models, "GGUF model files", "FILE")->required();
-    add_list(app, "-p,--n-prompt", o.n_prompt, "prompt sizes (0: no prompt test)", "N");
-    add_list(app, "-n,--n-gen", o.n_gen, "generation lengths (0: no generation test)", "N");
-    add_list(app, "-d,--n-depth", o.n_depth, "KV positions filled (untimed) before each test", "N");
-    add_list(app, "-t,--threads", o.n_threads, "threads [physical cores]", "N");
+    add_list(app, "-p,--n-prompt", n_prompt, "prompt sizes (0: no prompt test)", "N");
+    add_list(app, "-n,--n-gen", n_gen, "generation lengths (0: no generation test)", "N");
+    add_list(app, "-d,--n-depth", n_depth, "KV positions filled (untimed) before each test", "N");
+    add_list(app, "-t,--threads", n_threads, "threads [physical cores]", "N");
     add_list(app, "-C,--cpu-mask", o.cpu_mask, "CPUs the threads run on, hexadecimal masks (0x3: CPUs 0 and 1; 0x0: wherever the OS puts them)", "MASK");
     add_list(app, "--cpu-strict", o.cpu_strict, "1: each thread alone on one CPU of the mask (thread i on its i-th CPU)", "0|1");
     add_list(app, "--poll", o.poll, "how long idle threads spin for work before they sleep, 0-100 (40 us a level; 0: sleep at once)", "N");
-    add_list(app, "-b,--batch-size", o.n_batch, "most tokens per decode call (prompt chunks)", "N");
-    add_list(app, "--ubatch-size", o.n_ubatch, "tokens per graph evaluation (-ub)", "N");
+    add_list(app, "-b,--batch-size", n_batch, "most tokens per decode call (prompt chunks)", "N");
+    add_list(app, "--ubatch-size", n_ubatch, "tokens per graph evaluation (-ub)", "N");
     add_list(app, "--cache-type-k", o.type_k, "K cache types (-ctk): f16, f32, bf16, q8_0", "TYPE");
     add_list(app, "--cache-type-v", o.type_v, "V cache types (-ctv): f16, f32, bf16, q8_0", "TYPE");
     add_list(app, "--precision", o.precision, "matmul precision: auto, fast, precise", "MODE");
@@ -136,7 +185,7 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
                     ->expected(1)
                     ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll),
                 "PP,TG");
-    add_list(app, "--parallel", o.n_parallel, "batched decode: sequences decoded together (adds one test per value and -n)", "N");
+    add_list(app, "--parallel", n_parallel, "batched decode: sequences decoded together (adds one test per value and -n)", "N");
     kt::metavar(app.add_option("--parallel-prompt", o.parallel_prompt, "prompt tokens per sequence before a batched test"), "N");
     kt::metavar(app.add_option("-r,--repetitions", o.repetitions, "repetitions of each test"), "N");
     kt::metavar(app.add_option("-c,--ctx-size", o.n_ctx, "KV cells of every context (0: just what each test needs)"), "N");
@@ -185,6 +234,13 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     if (mmap != 0 && mmap != 1) throw kt::ToolError("--mmap: expected 0 or 1, got " + std::to_string(mmap));
     o.no_mmap = mmap == 0;
 
+    o.n_prompt = int_list("-p", n_prompt);
+    o.n_gen = int_list("-n", n_gen);
+    o.n_depth = int_list("-d", n_depth);
+    o.n_threads = int_list("-t", n_threads);
+    o.n_batch = int_list("-b", n_batch);
+    o.n_ubatch = int_list("-ub", n_ubatch);
+    o.n_parallel = int_list("--parallel", n_parallel);
     if (o.n_threads.empty()) o.n_threads = {kiln_bench_default_threads()};
     constexpr int32_t kMaxTokens = 1 << 24;
     for (const std::string& pg : prompt_gen) {

@@ -33,7 +33,6 @@ public:
     DeviceMemory memory() const override;
 
     int n_threads() const { return pool_.size(); }
-    const ThreadPlacement& placement() const { return pool_.placement(); }
 
     // Per-op timing of the graphs computed while on (op_profile.h); turning it on clears it.
     void set_profiling(bool on);

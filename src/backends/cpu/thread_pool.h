@@ -34,7 +34,6 @@ public:
     ThreadPool& operator=(const ThreadPool&) = delete;
 
     int size() const { return n_threads_; }
-    const ThreadPlacement& placement() const { return placement_; }
     // Runs fn(ith, nth) on every thread and returns when all are done. The first exception
     // thrown by any thread is rethrown here (the other threads finish their call first).
     void run(const std::function<void(int ith, int nth)>& fn);
