@@ -136,6 +136,8 @@ struct kiln_context_params {
                                   cycling), instead of every thread on any of them */
     int32_t poll;              /* 0..100: how long idle compute threads spin for work before they sleep,
                                   40 us per level (50 = 2 ms, the default; 0 = sleep at once) */
+    int32_t n_threads_batch;   /* threads for batches of more than one token (prompts, batched decoding);
+                                  0 = n_threads. n_threads then covers one-token batches (generation) */
 };
 
 KILN_API struct kiln_context_params kiln_context_default_params(void);
@@ -144,7 +146,8 @@ KILN_API void kiln_context_free(kiln_context* ctx);
 KILN_API uint32_t kiln_n_ctx(const kiln_context* ctx);
 KILN_API uint32_t kiln_n_batch(const kiln_context* ctx);
 KILN_API uint32_t kiln_n_seq_max(const kiln_context* ctx);
-KILN_API int32_t kiln_n_threads(const kiln_context* ctx);  /* threads the context computes with */
+KILN_API int32_t kiln_n_threads(const kiln_context* ctx);  /* threads for one-token batches (generation) */
+KILN_API int32_t kiln_n_threads_batch(const kiln_context* ctx);  /* threads for larger batches (prompts) */
 KILN_API const kiln_model* kiln_get_model(const kiln_context* ctx);
 
 /* ---- Batches and decoding ---- */

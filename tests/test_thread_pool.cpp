@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <random>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -243,6 +245,38 @@ TEST(WorkRegions, EveryItemClaimedOnceAndSlowThreadsAreHelped) {
                 EXPECT_EQ(owner_order_broken.load(), 0);
             }
         }
+    }
+}
+
+}  // namespace
+
+namespace {
+
+// run(fn, n): only the first n threads run fn, with nth = n, and barriers count only them; runs of
+// different sizes alternate without losing or doubling work (one pool serves prompts with
+// n_threads_batch threads and generation with n_threads).
+TEST(ThreadPoolTeams, FewerThreadsThanThePool) {
+    constexpr int kPool = 4;
+    ThreadPool pool(kPool);
+    std::mt19937 rng(11);
+    for (int rep = 0; rep < 400; ++rep) {
+        const int n = 1 + static_cast<int>(rng() % (kPool + 1));  // kPool + 1: more than the pool, so all
+        const int team = std::min(n, kPool);
+        std::vector<std::atomic<int>> calls(kPool);
+        std::atomic<int> bad_nth{0}, counter{0}, early{0};
+        pool.run(
+            [&](int ith, int nth) {
+                if (nth != team) bad_nth.fetch_add(1);
+                calls[static_cast<size_t>(ith)].fetch_add(1);
+                counter.fetch_add(1);
+                pool.barrier();  // every member arrived: the counter holds the whole team
+                if (counter.load() != team) early.fetch_add(1);
+            },
+            n);
+        for (int i = 0; i < kPool; ++i) ASSERT_EQ(calls[static_cast<size_t>(i)].load(), i < team ? 1 : 0) << "thread " << i << ", team " << team;
+        ASSERT_EQ(bad_nth.load(), 0);
+        ASSERT_EQ(early.load(), 0) << "team " << team;
+        if (rep % 100 == 99) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // let idle workers sleep
     }
 }
 

@@ -22,7 +22,8 @@ class ContextParams(ctypes.Structure):
     _fields_ = [("n_ctx", ctypes.c_uint32), ("n_batch", ctypes.c_uint32), ("n_ubatch", ctypes.c_uint32),
                 ("n_threads", ctypes.c_int32), ("type_k", ctypes.c_int32), ("type_v", ctypes.c_int32),
                 ("n_seq_max", ctypes.c_uint32), ("matmul_precision", ctypes.c_int32),
-                ("cpu_mask", ctypes.c_char_p), ("cpu_strict", ctypes.c_bool), ("poll", ctypes.c_int32)]
+                ("cpu_mask", ctypes.c_char_p), ("cpu_strict", ctypes.c_bool), ("poll", ctypes.c_int32),
+                ("n_threads_batch", ctypes.c_int32)]
 
 
 class Batch(ctypes.Structure):
@@ -53,6 +54,8 @@ _SIGNATURES = {
     "kiln_context_new": (ctypes.c_void_p, [ctypes.c_void_p, ContextParams]),
     "kiln_context_free": (None, [ctypes.c_void_p]),
     "kiln_n_ctx": (ctypes.c_uint32, [ctypes.c_void_p]),
+    "kiln_n_threads": (ctypes.c_int32, [ctypes.c_void_p]),
+    "kiln_n_threads_batch": (ctypes.c_int32, [ctypes.c_void_p]),
     "kiln_batch_init": (Batch, [ctypes.c_int32, ctypes.c_int32]),
     "kiln_batch_free": (None, [Batch]),
     "kiln_decode": (ctypes.c_int32, [ctypes.c_void_p, Batch]),

@@ -87,8 +87,9 @@ class Model:
 class Context:
     def __init__(self, model: Model, n_ctx: int = 512, n_batch: int = 512, n_ubatch: int = 512, n_threads: int = 0,
                  type_k: str = "f16", type_v: str = "f16", n_seq_max: int = 1, precision: str = "auto",
-                 cpu_mask: str | None = None, cpu_strict: bool = False, poll: int = 50):
-        """cpu_mask: CPUs the compute threads run on, as llama.cpp's -C hex mask ("0x3": CPUs 0 and 1;
+                 cpu_mask: str | None = None, cpu_strict: bool = False, poll: int = 50, n_threads_batch: int = 0):
+        """n_threads: threads for one-token batches (generation; 0: the physical cores); n_threads_batch:
+        for larger batches (prompts; 0: n_threads). cpu_mask: CPUs the compute threads run on, as llama.cpp's -C hex mask ("0x3": CPUs 0 and 1;
         None: wherever the OS puts them); cpu_strict: each thread alone on one of them; poll: 0..100,
         how long idle threads spin before they sleep (40 us per level)."""
         self._lib = load_library()
@@ -99,6 +100,7 @@ class Context:
         p.matmul_precision = PRECISION[precision]
         mask = cpu_mask.encode() if cpu_mask is not None else None  # kept alive until kiln_context_new copies it
         p.cpu_mask, p.cpu_strict, p.poll = mask, bool(cpu_strict), int(poll)
+        p.n_threads_batch = n_threads_batch
         self._h = self._lib.kiln_context_new(model._h, p)
         if not self._h:
             raise KilnError(last_error())
@@ -132,6 +134,14 @@ class Context:
         if not p:
             raise KilnError(last_error())
         return np.ctypeslib.as_array(p, (self.model.n_vocab,)).copy()
+
+    @property
+    def n_threads(self) -> int:
+        return self._lib.kiln_n_threads(self._h)
+
+    @property
+    def n_threads_batch(self) -> int:
+        return self._lib.kiln_n_threads_batch(self._h)
 
     def pos_max(self, seq: int = 0) -> int:
         return self._lib.kiln_kv_seq_pos_max(self._h, seq)

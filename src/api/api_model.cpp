@@ -64,7 +64,8 @@ int32_t kiln_model_meta_val_str(const kiln_model* m, const char* key, char* buf,
 
 struct kiln_context_params kiln_context_default_params(void) {
     return kiln_context_params{.n_ctx = 4096, .n_batch = 2048, .n_ubatch = 512, .n_threads = 0, .type_k = 1, .type_v = 1,
-                               .n_seq_max = 1, .matmul_precision = 0, .cpu_mask = nullptr, .cpu_strict = false, .poll = 50};
+                               .n_seq_max = 1, .matmul_precision = 0, .cpu_mask = nullptr, .cpu_strict = false, .poll = 50,
+                               .n_threads_batch = 0};
 }
 
 kiln_context* kiln_context_new(const kiln_model* model, struct kiln_context_params p) {
@@ -92,7 +93,7 @@ kiln_context* kiln_context_new(const kiln_model* model, struct kiln_context_para
             c->owner = model;
             c->ctx = std::make_unique<kiln::Context>(
                 *model->model, kiln::ContextParams{.n_ctx = p.n_ctx, .n_batch = p.n_batch, .n_ubatch = p.n_ubatch,
-                                                   .n_threads = p.n_threads, .type_k = type_of(p.type_k, "K cache"),
+                                                   .n_threads = p.n_threads, .n_threads_batch = p.n_threads_batch, .type_k = type_of(p.type_k, "K cache"),
                                                    .type_v = type_of(p.type_v, "V cache"), .n_seq_max = p.n_seq_max,
                                                    .matmul_precision = precision_of(p.matmul_precision),
                                                    .placement = placement_of(p)});
@@ -106,6 +107,7 @@ uint32_t kiln_n_ctx(const kiln_context* c) { return c->ctx->n_ctx(); }
 uint32_t kiln_n_batch(const kiln_context* c) { return c->ctx->params().n_batch; }
 uint32_t kiln_n_seq_max(const kiln_context* c) { return c->ctx->params().n_seq_max; }
 int32_t kiln_n_threads(const kiln_context* c) { return c->ctx->n_threads(); }
+int32_t kiln_n_threads_batch(const kiln_context* c) { return c->ctx->n_threads_batch(); }
 const kiln_model* kiln_get_model(const kiln_context* c) { return c->owner; }
 
 kiln_batch kiln_batch_init(int32_t n_tokens_max, int32_t n_seq_max) {

@@ -71,7 +71,10 @@ Context::Context(const Model& model, const ContextParams& params)
     : model_(model),
       params_(params),
       n_ctx_(params.n_ctx ? params.n_ctx : static_cast<uint32_t>(std::min<int64_t>(model.hparams().n_ctx_train, 1 << 20))),
-      cpu_(cpu::CpuBackendOptions{.n_threads = params.n_threads, .matmul_precision = params.matmul_precision, .placement = params.placement}),
+      n_threads_(params.n_threads > 0 ? params.n_threads : cpu::physical_cores()),
+      n_threads_batch_(params.n_threads_batch > 0 ? params.n_threads_batch : n_threads_),
+      // One pool for both: prompts and generation take its first n_threads_batch_ / n_threads_ threads.
+      cpu_(cpu::CpuBackendOptions{.n_threads = std::max(n_threads_, n_threads_batch_), .matmul_precision = params.matmul_precision, .placement = params.placement}),
       sched_({&cpu_}, [](int) { return 0; }) {
     const HParams& hp = model.hparams();
     if (params_.n_ubatch == 0 || params_.n_batch == 0) throw std::invalid_argument("context: n_batch and n_ubatch must be > 0");
@@ -199,6 +202,7 @@ void Context::decode_ubatch(const Batch& b, size_t begin, size_t end) {
         std::memcpy(gb.in.cache[c].store_idx->data, slots.data(), slots.size() * sizeof(int32_t));
         caches[c]->fill_mask(static_cast<float*>(gb.in.cache[c].mask->data), gb.in.cache[c].n_kv, pos, seqs);
     }
+    cpu_.set_active_threads(n_tokens > 1 ? n_threads_batch_ : n_threads_);
     sched_.compute(g);
 
     for (size_t r = 0; r < out_ids.size(); ++r) {

@@ -19,7 +19,8 @@ struct ContextParams {
     uint32_t n_ctx = 0;       // KV cells (0: the model's training context)
     uint32_t n_batch = 2048;  // most tokens one decode() call accepts
     uint32_t n_ubatch = 512;  // tokens per graph evaluation
-    int n_threads = 0;        // 0: physical cores
+    int n_threads = 0;        // threads for one-token batches (generation); 0: physical cores
+    int n_threads_batch = 0;  // threads for batches of more tokens (prompts); 0: n_threads
     Type type_k = Type::F16;
     Type type_v = Type::F16;
     uint32_t n_seq_max = 1;   // sequences the context holds at once (<= 64)
@@ -77,7 +78,8 @@ public:
     uint32_t kv_used() const;      // cells in use (of the global cache)
     size_t kv_bytes() const;
     size_t compute_bytes() const;
-    int n_threads() const { return cpu_.n_threads(); }
+    int n_threads() const { return n_threads_; }
+    int n_threads_batch() const { return n_threads_batch_; }
     const Model& model() const { return model_; }
 
     // Watches chosen graph nodes during decode (see Scheduler::Observer); an empty observer stops.
@@ -97,6 +99,8 @@ private:
     const Model& model_;
     ContextParams params_;
     uint32_t n_ctx_;
+    int n_threads_;        // params' n_threads resolved (before cpu_: it sizes the pool)
+    int n_threads_batch_;  // params' n_threads_batch resolved
     cpu::CpuBackend cpu_;
     Scheduler sched_;
     std::unique_ptr<KvCache> kv_global_;

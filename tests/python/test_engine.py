@@ -349,3 +349,27 @@ def test_bad_placement_is_an_error(synth_models):
     # CPU 1023: the highest a mask may name, and (on any machine this runs on) not one this process has.
     with pytest.raises(KilnError, match=r"cannot place a thread on CPU 1023"):
         Context(model, n_ctx=32, cpu_mask="0x8" + "0" * 255)
+
+
+def test_prompt_and_generation_thread_counts(synth_models):
+    # llama.cpp's n_threads_batch: prompts on one number of threads, generation on another, from one
+    # pool. The logits do not depend on how many threads computed them.
+    model = Model(synth_models["llama-q4_K"])
+    prompt = PROMPTS[1]
+
+    def run(**kw):
+        ctx = Context(model, n_ctx=64, precision="precise", **kw)
+        ctx.decode(prompt, logits=[True] * len(prompt))
+        out = [ctx.logits(i) for i in range(len(prompt))]
+        for t in (5, 9, 11):  # one-token batches
+            ctx.decode([t])
+            out.append(ctx.logits(-1))
+        return ctx, np.stack(out)
+
+    base_ctx, base = run(n_threads=1)
+    assert (base_ctx.n_threads, base_ctx.n_threads_batch) == (1, 1)
+    for kw, want in (({"n_threads": 1, "n_threads_batch": 3}, (1, 3)), ({"n_threads": 3, "n_threads_batch": 1}, (3, 1)),
+                     ({"n_threads": 2}, (2, 2))):
+        ctx, logits = run(**kw)
+        assert (ctx.n_threads, ctx.n_threads_batch) == want
+        np.testing.assert_array_equal(logits, base, err_msg=str(kw))

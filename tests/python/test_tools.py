@@ -134,15 +134,19 @@ def test_cli_errors_are_one_line(tool, synth_models, tmp_path):
 
 
 def test_cli_cpu_placement_flags(tool, synth_models):
-    # llama.cpp's -C, -Cr, --cpu-strict, --poll and --prio: the threads move, the greedy text does not.
+    # llama.cpp's -tb, -C, -Cr, --cpu-strict, --poll and --prio: the threads move, the greedy text does not.
     path, args = synth_models["llama-q4_K"], ["-p", "The quick brown fox", "-n", "8", "--temp", "0", "-c", "64", "--ignore-eos"]
     base = cli(tool, path, *args)
     assert base.returncode == 0, base.stderr
+    assert "threads = 2 (batch 2)" in base.stderr, base.stderr
     for placement in (["-C", "0x1"], ["-C", "1", "--cpu-strict", "1", "--poll", "0"], ["-Cr", "0-0", "--poll", "100"],
-                      ["--cpu-range", "0", "--prio", "0"], ["--prio", "-1"]):
+                      ["--cpu-range", "0", "--prio", "0"], ["--prio", "-1"], ["-tb", "1"], ["--threads-batch", "3"]):
         res = cli(tool, path, *args, *placement)
         assert res.returncode == 0, (placement, res.stderr)
         assert res.stdout == base.stdout, placement
+        if "-tb" in placement or "--threads-batch" in placement:
+            want = "threads = 2 (batch 1)" if "-tb" in placement else "threads = 2 (batch 3)"
+            assert want in res.stderr, res.stderr
     model = synth_models["llama-f16"]
     for flags, pattern in ((["-C", "0xq"], r"-C: '0xq' is not a CPU mask"), (["-Cr", "3-1"], r"-Cr: expected a CPU range lo-hi"),
                            (["-Cr", "0-2000"], r"-Cr: expected a CPU range"), (["-C", "0x1", "-Cr", "0-1"], r"excludes"),
@@ -160,7 +164,7 @@ def test_cli_help(tool):
     res = run(tool("kiln-cli"), "--help")
     assert res.returncode == 0
     for flag in ["--n-predict", "--ctx-size", "--cache-type-k", "--precision", "--conversation", "--top-p", "--seed", "--cpu-mask",
-                 "--cpu-range", "--cpu-strict", "--poll", "--prio"]:
+                 "--cpu-range", "--cpu-strict", "--poll", "--prio", "--threads-batch"]:
         assert flag in res.stdout
 
 

@@ -120,6 +120,8 @@ void add_context_options(CLI::App& app, ContextArgs& a) {
     metavar(app.add_option("--ubatch-size", a.n_ubatch, "tokens per graph evaluation (-ub)")->check(CLI::PositiveNumber), "N");
     metavar(app.add_option("-t,--threads", a.n_threads, "threads (0: the number of physical cores)")
         ->check(CLI::NonNegativeNumber), "N");
+    metavar(app.add_option("--threads-batch", a.n_threads_batch, "threads for prompts (-tb; 0: as --threads)")
+        ->check(CLI::NonNegativeNumber), "N");
     metavar(app.add_option("--cache-type-k", a.cache_type_k, "K cache type (-ctk): f16, f32, bf16, q8_0")
         ->check(CLI::IsMember(kCacheTypes, CLI::ignore_case)), "TYPE");
     metavar(app.add_option("--cache-type-v", a.cache_type_v, "V cache type (-ctv): f16, f32, bf16, q8_0")
@@ -146,6 +148,7 @@ kiln_context_params context_params(const ContextArgs& a) {
     p.n_batch = static_cast<uint32_t>(a.n_batch);
     p.n_ubatch = static_cast<uint32_t>(std::min(a.n_ubatch, a.n_batch));
     p.n_threads = a.n_threads;
+    p.n_threads_batch = a.n_threads_batch;
     p.type_k = cache_type_id(a.cache_type_k);
     p.type_v = cache_type_id(a.cache_type_v);
     const auto it = std::find(kPrecisions.begin(), kPrecisions.end(), a.precision);
@@ -282,8 +285,8 @@ std::string describe_model(const kiln_model* model) {
 std::string describe_context(const kiln_context* ctx, const ContextArgs& a) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
-                  "threads = %d | n_ctx = %u | n_batch = %u | n_ubatch = %d | KV cache K %s, V %s, %.2f MiB | precision %s",
-                  kiln_n_threads(ctx), kiln_n_ctx(ctx), kiln_n_batch(ctx), std::min(a.n_ubatch, a.n_batch),
+                  "threads = %d (batch %d) | n_ctx = %u | n_batch = %u | n_ubatch = %d | KV cache K %s, V %s, %.2f MiB | precision %s",
+                  kiln_n_threads(ctx), kiln_n_threads_batch(ctx), kiln_n_ctx(ctx), kiln_n_batch(ctx), std::min(a.n_ubatch, a.n_batch),
                   a.cache_type_k.c_str(), a.cache_type_v.c_str(), mib(kiln_kv_bytes(ctx)), a.precision.c_str());
     return buf;
 }

@@ -96,6 +96,7 @@ struct ContextArgs {
     int32_t n_batch = 2048;
     int32_t n_ubatch = 512;
     int32_t n_threads = 0;    // 0: physical cores
+    int32_t n_threads_batch = 0;  // prompts (batches of more than one token); 0: n_threads
     std::string cache_type_k = "f16";
     std::string cache_type_v = "f16";
     std::string precision = "auto";
@@ -103,8 +104,9 @@ struct ContextArgs {
     int32_t cpu_strict = 0;        // 1: each thread alone on one CPU of the mask
     int32_t poll = 50;             // 0..100: how long idle threads spin before they sleep
 };
-// The context group, with llama.cpp's CPU flags: -C, -Cr (give the tool {"-Cr", "--cpu-range"} as an
-// alias), --cpu-strict, --poll, and --prio (the process priority, set when the flag is parsed).
+// The context group, with llama.cpp's CPU flags: -tb, -C, -Cr (give the tool {"-tb", "--threads-batch"} and
+// {"-Cr", "--cpu-range"} as aliases), --cpu-strict, --poll, and --prio (the process priority, set when
+// the flag is parsed).
 void add_context_options(CLI::App& app, ContextArgs& a);
 // The parameters for a's settings. cpu_mask points into a: keep a until the context is made.
 kiln_context_params context_params(const ContextArgs& a);

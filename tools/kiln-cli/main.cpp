@@ -41,7 +41,7 @@ struct Args {
 // Multi-letter single-dash spellings of llama-cli, mapped to the long options.
 const std::vector<std::pair<std::string, std::string>> kAliases = {
     {"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch-size"},
-    {"-Cr", "--cpu-range"},
+    {"-Cr", "--cpu-range"}, {"-tb", "--threads-batch"},
     {"-cnv", "--conversation"}, {"-sys", "--system-prompt"}, {"-sp", "--special"},
 };
 

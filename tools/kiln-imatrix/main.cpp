@@ -24,7 +24,7 @@ namespace {
 
 const std::vector<std::pair<std::string, std::string>> kAliases = {
     {"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch-size"},
-    {"-Cr", "--cpu-range"},
+    {"-Cr", "--cpu-range"}, {"-tb", "--threads-batch"},
 };
 
 struct ImatrixDeleter {

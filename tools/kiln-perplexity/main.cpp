@@ -49,7 +49,7 @@ struct Args {
 
 const std::vector<std::pair<std::string, std::string>> kAliases = {
     {"-ngl", "--n-gpu-layers"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch-size"},
-    {"-Cr", "--cpu-range"},
+    {"-Cr", "--cpu-range"}, {"-tb", "--threads-batch"},
 };
 
 // Sums of the negative log-likelihood and its square over the scored tokens.

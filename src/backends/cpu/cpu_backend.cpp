@@ -144,7 +144,7 @@ size_t idle_prefetch_bytes() {
 }  // namespace
 
 CpuBackend::CpuBackend(CpuBackendOptions opts)
-    : precision_(opts.matmul_precision), isa_(selected_isa()), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores(), std::move(opts.placement)), work_(pool_.size()),
+    : precision_(opts.matmul_precision), isa_(selected_isa()), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores(), std::move(opts.placement)), active_threads_(pool_.size()), work_(pool_.size()),
       idle_prefetch_bytes_(idle_prefetch_bytes()) {}
 
 bool CpuBackend::supports_op(const Tensor& t) const {
@@ -183,7 +183,7 @@ void CpuBackend::set_profiling(bool on) {
 std::unique_ptr<Buffer> CpuBackend::alloc_buffer(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
 void CpuBackend::compute(std::span<Tensor* const> nodes) {
-    const int nth = pool_.size();
+    const int nth = active_threads_;
     size_t need = 0;
     for (const Tensor* n : nodes) {
         if (n->op == Op::View || n->op == Op::None) continue;
@@ -214,7 +214,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
     }
     const bool profiling = profiling_;
     if (profiling) profile_.begin_graph(nodes, group, nth);
-    pool_.run([&](int ith, int n_threads) {
+    pool_.run([&](int ith, int n_threads) {  // n_threads: nth, or fewer where OpenMP grants fewer
         RopeTable rope;
         PackedActs acts;
         ComputeContext ctx;
@@ -261,7 +261,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
             pool_.barrier(&idle);
             profile_.record(ith, i, t0, t1, OpProfile::Clock::now());
         }
-    });
+    }, nth);
 }
 
 DeviceMemory CpuBackend::memory() const {

@@ -17,7 +17,7 @@
 namespace kiln::cpu {
 
 struct CpuBackendOptions {
-    int n_threads = 0;  // 0: physical cores
+    int n_threads = 0;  // threads of the pool; 0: physical cores
     MatmulPrecision matmul_precision = MatmulPrecision::Auto;
     ThreadPlacement placement = {};  // CPUs the threads run on, and how long idle ones spin
 };
@@ -33,6 +33,10 @@ public:
     DeviceMemory memory() const override;
 
     int n_threads() const { return pool_.size(); }
+    // Graphs computed from now on run on the pool's first n threads (0 or more than the pool: all),
+    // as llama.cpp's n_threads (one token) and n_threads_batch (prompts) share one pool.
+    void set_active_threads(int n) { active_threads_ = n > 0 && n < pool_.size() ? n : pool_.size(); }
+    int active_threads() const { return active_threads_; }
 
     // Per-op timing of the graphs computed while on (op_profile.h); turning it on clears it.
     void set_profiling(bool on);
@@ -47,6 +51,7 @@ private:
     // hundred times a token: supports_op and scratch_bytes for every node, every op's kernels.
     Isa isa_;
     ThreadPool pool_;
+    int active_threads_;  // set_active_threads
     std::vector<uint8_t> scratch_;  // grows to the largest need seen
     WorkRegions work_;  // ComputeContext::work (after pool_: sized by it)
     size_t idle_prefetch_bytes_;  // per thread and product (idle_prefetch.h); 0: none

@@ -34,7 +34,8 @@ ThreadPool::ThreadPool(int n_threads, ThreadPlacement placement)
     : n_threads_(n_threads < 1 ? 1 : n_threads),
       placement_(std::move(placement)),
       poll_(poll_micros(placement_.poll)),
-      placed_(static_cast<size_t>(n_threads_)) {
+      placed_(static_cast<size_t>(n_threads_)),
+      go_(new Go[static_cast<size_t>(n_threads_)]) {
     check_placement(placement_);
     if (!placement_.cpus.empty()) {
         // Every thread's CPUs are tried here, on this thread (then put back), so that a CPU the
@@ -70,27 +71,31 @@ void ThreadPool::worker(int ith) {
         bind_this_thread(cpus_of_thread(placement_, ith));
     } catch (const std::exception&) {
     }
+    std::atomic<uint64_t>& mine = go_[static_cast<size_t>(ith)].jobs;  // jobs given to this thread
     uint64_t seen = 0;
     for (;;) {
         // Poll first (the next job usually follows soon), then sleep.
         const auto poll_end = std::chrono::steady_clock::now() + poll_;
-        for (int i = 0; poll_.count() > 0 && job_generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_acquire); ++i) {
+        for (int i = 0; poll_.count() > 0 && mine.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_acquire); ++i) {
             cpu_relax();
             if (i % 256 == 255 && std::chrono::steady_clock::now() > poll_end) break;
         }
         const std::function<void(int, int)>* job = nullptr;
-        if (const uint64_t g = job_generation_.load(std::memory_order_acquire); g != seen) {
+        int team = 0;
+        if (const uint64_t g = mine.load(std::memory_order_acquire); g != seen) {
             seen = g;
             job = job_;
+            team = job_team_;
         } else {
             std::unique_lock<std::mutex> lock(mutex_);
-            wake_.wait(lock, [&] { return stop_.load() || job_generation_.load() != seen; });
+            wake_.wait(lock, [&] { return stop_.load() || mine.load() != seen; });
             if (stop_) return;
-            seen = job_generation_.load();
+            seen = mine.load();
             job = job_;
+            team = job_team_;
         }
         try {
-            (*job)(ith, n_threads_);
+            (*job)(ith, team);
         } catch (const Aborted&) {
         } catch (...) {
             std::lock_guard<std::mutex> lock(error_mutex_);
@@ -101,7 +106,8 @@ void ThreadPool::worker(int ith) {
     }
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
+void ThreadPool::run(const std::function<void(int, int)>& fn, int n_active) {
+    const int team = n_active > 0 && n_active < n_threads_ ? n_active : n_threads_;
     error_ = nullptr;
     aborted_.store(false, std::memory_order_relaxed);
     barrier_count_.store(0, std::memory_order_relaxed);
@@ -135,24 +141,25 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
         }
     };
 #if defined(KILN_OPENMP)
-#pragma omp parallel num_threads(n_threads_)
+#pragma omp parallel num_threads(team)
     {
 #pragma omp single
         team_.store(omp_get_num_threads(), std::memory_order_release);  // implicit barrier after single
         call(omp_get_thread_num(), omp_get_num_threads());
     }
 #else
-    team_.store(n_threads_, std::memory_order_release);
-    if (n_threads_ > 1) {
-        pending_.store(n_threads_ - 1, std::memory_order_release);
+    team_.store(team, std::memory_order_release);
+    if (team > 1) {
+        pending_.store(team - 1, std::memory_order_release);
         {
             std::lock_guard<std::mutex> lock(mutex_);
             job_ = &fn;
-            job_generation_.fetch_add(1, std::memory_order_release);
+            job_team_ = team;
+            for (int i = 1; i < team; ++i) go_[static_cast<size_t>(i)].jobs.fetch_add(1, std::memory_order_release);
         }
         wake_.notify_all();
     }
-    call(0, n_threads_);
+    call(0, team);
     while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 #endif
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));

@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -34,9 +35,10 @@ public:
     ThreadPool& operator=(const ThreadPool&) = delete;
 
     int size() const { return n_threads_; }
-    // Runs fn(ith, nth) on every thread and returns when all are done. The first exception
-    // thrown by any thread is rethrown here (the other threads finish their call first).
-    void run(const std::function<void(int ith, int nth)>& fn);
+    // Runs fn(ith, nth) on the first nth threads (n_active; 0 or more than size(): every thread)
+    // and returns when all are done; the others stay idle. The first exception thrown by any
+    // thread is rethrown here (the other threads finish their call first).
+    void run(const std::function<void(int ith, int nth)>& fn, int n_active = 0);
     // Waits until every thread of the current run() has reached the barrier. If another thread
     // threw, it unwinds this one too (so one failing op cannot leave the others waiting forever).
     // idle: what this thread asks the memory system for while it waits (null: nothing).
@@ -54,10 +56,16 @@ private:
     std::vector<std::thread> threads_;
     std::mutex mutex_;
     std::condition_variable wake_;
-    // job_ is written under mutex_ before job_generation_ is bumped (release); a worker that
-    // sees the new generation (acquire) may read job_ without the lock.
+    // job_ and job_team_ are written under mutex_ before the go counters of the job's workers
+    // are bumped (release); a worker that sees its counter move (acquire) may read them without
+    // the lock. Each worker has its own counter, so a run on fewer threads leaves the others
+    // asleep, and run() waits (pending_) only for its own workers before the next job is written.
     const std::function<void(int, int)>* job_ = nullptr;
-    std::atomic<uint64_t> job_generation_{0};  // written under mutex_
+    int job_team_ = 1;
+    struct alignas(64) Go {
+        std::atomic<uint64_t> jobs{0};  // jobs given to this worker (written under mutex_)
+    };
+    std::unique_ptr<Go[]> go_;                 // [n_threads_]; slot 0 unused (the caller)
     std::atomic<int> pending_{0};              // threads still inside the current job
     std::atomic<bool> stop_{false};            // written under mutex_
     // Sense-reversing barrier.
