@@ -136,6 +136,10 @@ void add_context_options(CLI::App& app, ContextArgs& a) {
         ->excludes(mask);
     metavar(app.add_option("--cpu-strict", a.cpu_strict, "1: each thread alone on one CPU of the mask (thread i on its i-th CPU)")->check(CLI::Range(0, 1)), "0|1");
     metavar(app.add_option("--poll", a.poll, "how long idle threads spin for work before they sleep, 0-100 (40 us a level; 0: sleep at once)")->check(CLI::Range(0, 100)), "N");
+    add_priority_option(app);
+}
+
+void add_priority_option(CLI::App& app) {
     app.add_option_function<int32_t>("--prio", [](int32_t level) { set_process_priority(level); },
                                      "process priority: -1 low, 0 normal (left as it is), 1 medium, 2 high, 3 realtime")
         ->check(CLI::Range(kPrioLow, kPrioRealtime))

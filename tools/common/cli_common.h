@@ -108,6 +108,8 @@ struct ContextArgs {
 // {"-Cr", "--cpu-range"} as aliases), --cpu-strict, --poll, and --prio (the process priority, set when
 // the flag is parsed).
 void add_context_options(CLI::App& app, ContextArgs& a);
+// llama.cpp's --prio: sets the process priority (set_process_priority) as the flag is parsed.
+void add_priority_option(CLI::App& app);
 // The parameters for a's settings. cpu_mask points into a: keep a until the context is made.
 kiln_context_params context_params(const ContextArgs& a);
 

@@ -201,10 +201,7 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     add_list(app, "--tensor-split", tensor_split, "accepted for llama-bench compatibility (-ts); no GPU backend", "SPLIT");
     add_list(app, "--embeddings", embeddings, "llama-bench's embeddings mode (-embd): only 0 (no embeddings mode here)", "0");
     kt::metavar(app.add_option("--numa", numa, "accepted for llama-bench compatibility; threads are not placed by NUMA node"), "MODE");
-    app.add_option_function<int32_t>("--prio", [](int32_t level) { kt::set_process_priority(level); },
-                                     "process priority: -1 low, 0 normal (left as it is), 1 medium, 2 high, 3 realtime")
-        ->check(CLI::Range(kt::kPrioLow, kt::kPrioRealtime))
-        ->option_text("N [0]");
+    kt::add_priority_option(app);
     app.add_flag("--progress", progress, "accepted for llama-bench compatibility: progress always goes to stderr");
     kt::metavar(app.add_option("--mmap", mmap, "map the model file (-mmp 0: read it)"), "0|1");
     app.add_flag("--no-repack", o.no_repack, "keep the weights in the file's layout (no repacking for the CPU kernels)");
