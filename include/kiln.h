@@ -49,6 +49,14 @@ KILN_API const char* kiln_system_info(void);
 /* The last error message of a failed call on this thread ("" if none). */
 KILN_API const char* kiln_last_error(void);
 
+/* CPU masks as kiln_context_params::cpu_mask reads them, for tools that check a mask before loading
+ * a model. Both write "0x..." in lower case without leading zeros ("0x0" when no CPU is named) and
+ * return its length (snprintf semantics), or -1 with kiln_last_error naming the fault. */
+/* Checks a hexadecimal mask (with or without 0x; bit i = CPU i, CPUs 0-1023). */
+KILN_API int32_t kiln_cpu_mask_normalize(const char* mask, char* buf, size_t buf_size);
+/* The mask of CPUs first..last (llama.cpp's -Cr); an error unless 0 <= first <= last <= 1023. */
+KILN_API int32_t kiln_cpu_range_mask(int32_t first, int32_t last, char* buf, size_t buf_size);
+
 /* ---- Element types (ids as in GGUF files: 0 = F32, 1 = F16, 2 = Q4_0, ...) ---- */
 
 /* Name such as "q4_K", or NULL for an unknown id. */

@@ -17,6 +17,7 @@
 
 #include "backends/cpu/thread_placement.h"
 #include "backends/cpu/thread_pool.h"
+#include "kiln.h"
 
 namespace {
 
@@ -71,6 +72,48 @@ TEST(CpuMask, FormatsRoundTripAndLists) {
             if (static_cast<int>(rng() % 8) < density) cpus.push_back(c);
         ASSERT_EQ(parse_cpu_mask(format_cpu_mask(cpus)), cpus) << format_cpu_mask(cpus);
     }
+}
+
+// The C API's mask writers, which the tools check -C and -Cr with before a model loads.
+TEST(CpuMask, CApiNormalizesMasksAndRanges) {
+    const auto normalized = [](const char* mask) {
+        char buf[300];
+        const int32_t n = kiln_cpu_mask_normalize(mask, buf, sizeof buf);
+        return n < 0 ? std::string("error: ") + kiln_last_error() : std::string(buf, static_cast<size_t>(n));
+    };
+    EXPECT_EQ(normalized("0X00F0"), "0xf0");
+    EXPECT_EQ(normalized("3"), "0x3");
+    EXPECT_EQ(normalized("0x000"), "0x0");
+    EXPECT_EQ(normalized(""), "0x0");
+    EXPECT_EQ(normalized(nullptr), "0x0");
+    EXPECT_EQ(normalized(("0x8" + std::string(255, '0')).c_str()), "0x8" + std::string(255, '0'));
+    EXPECT_EQ(normalized("0xzz"), "error: cpu_mask '0xzz': 'z' is not a hexadecimal digit (expected a mask such as 0x3 for CPUs 0 and 1)");
+    EXPECT_NE(normalized(("0x1" + std::string(256, '0')).c_str()).find("names CPU 1024"), std::string::npos);
+
+    const auto range = [](int32_t first, int32_t last) {
+        char buf[300];
+        const int32_t n = kiln_cpu_range_mask(first, last, buf, sizeof buf);
+        return n < 0 ? std::string("error: ") + kiln_last_error() : std::string(buf, static_cast<size_t>(n));
+    };
+    EXPECT_EQ(range(0, 0), "0x1");
+    EXPECT_EQ(range(4, 9), "0x3f0");
+    EXPECT_EQ(range(1023, 1023), "0x8" + std::string(255, '0'));
+    EXPECT_EQ(range(3, 1), "error: CPU range 3-1: expected 0 <= first <= last <= 1023");
+    EXPECT_NE(range(-1, 2).find("error: CPU range -1-2"), std::string::npos);
+    EXPECT_NE(range(0, 1024).find("error:"), std::string::npos);
+    // Every range agrees with the engine's parser; a short buffer gets the length and a prefix.
+    std::mt19937 rng(11);
+    for (int trial = 0; trial < 100; ++trial) {
+        const int32_t a = static_cast<int32_t>(rng() % kiln::cpu::kMaxCpus), b = static_cast<int32_t>(rng() % kiln::cpu::kMaxCpus);
+        const std::string m = range(std::min(a, b), std::max(a, b));
+        Cpus want(static_cast<size_t>(std::max(a, b) - std::min(a, b) + 1));
+        for (size_t i = 0; i < want.size(); ++i) want[i] = std::min(a, b) + static_cast<int>(i);
+        ASSERT_EQ(kiln::cpu::parse_cpu_mask(m), want) << m;
+    }
+    char small[4];
+    EXPECT_EQ(kiln_cpu_range_mask(4, 11, small, sizeof small), 5);  // "0xff0"
+    EXPECT_STREQ(small, "0xf");
+    EXPECT_EQ(kiln_cpu_mask_normalize("0xff0", nullptr, 0), 5);
 }
 
 TEST(CpuMask, StrictPlacementCyclesThroughTheMask) {

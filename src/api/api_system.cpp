@@ -1,13 +1,18 @@
-// C API: what build and machine this is (benchmark records, logs).
+// C API: what build and machine this is (benchmark records, logs), and its CPU masks.
+#include <numeric>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "api/api_internal.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/thread_placement.h"
 
 namespace kiln {
 const char* build_commit();  // generated at build time (cmake/BuildInfo.cmake)
 }
 
+using kiln::api::copy_out;
 using kiln::api::guarded;
 
 extern "C" {
@@ -25,6 +30,25 @@ const char* kiln_system_info(void) {
     thread_local std::string info;  // per thread, so concurrent callers do not overwrite each other
     info = kiln::cpu::cpu_system_info();
     return info.c_str();
+}
+
+int32_t kiln_cpu_mask_normalize(const char* mask, char* buf, size_t buf_size) {
+    return guarded([&] { return copy_out(kiln::cpu::format_cpu_mask(kiln::cpu::parse_cpu_mask(mask ? mask : "")), buf, buf_size); },
+                   int32_t{-1});
+}
+
+int32_t kiln_cpu_range_mask(int32_t first, int32_t last, char* buf, size_t buf_size) {
+    return guarded(
+        [&] {
+            if (first < 0 || last < first || last >= kiln::cpu::kMaxCpus) {
+                throw std::invalid_argument("CPU range " + std::to_string(first) + "-" + std::to_string(last) + ": expected 0 <= first <= last <= " +
+                                            std::to_string(kiln::cpu::kMaxCpus - 1));
+            }
+            std::vector<int> cpus(static_cast<size_t>(last - first + 1));
+            std::iota(cpus.begin(), cpus.end(), first);
+            return copy_out(kiln::cpu::format_cpu_mask(cpus), buf, buf_size);
+        },
+        int32_t{-1});
 }
 
 }  // extern "C"

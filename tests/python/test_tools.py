@@ -148,8 +148,8 @@ def test_cli_cpu_placement_flags(tool, synth_models):
             want = "threads = 2 (batch 1)" if "-tb" in placement else "threads = 2 (batch 3)"
             assert want in res.stderr, res.stderr
     model = synth_models["llama-f16"]
-    for flags, pattern in ((["-C", "0xq"], r"-C: '0xq' is not a CPU mask"), (["-Cr", "3-1"], r"-Cr: expected a CPU range lo-hi"),
-                           (["-Cr", "0-2000"], r"-Cr: expected a CPU range"), (["-C", "0x1", "-Cr", "0-1"], r"excludes"),
+    for flags, pattern in ((["-C", "0xq"], r"-C: cpu_mask '0xq': 'q' is not"), (["-Cr", "3-1"], r"-Cr: CPU range 3-1: expected 0 <= first"),
+                           (["-Cr", "0-2000"], r"-Cr: CPU range 0-2000: expected"), (["-Cr", "1-x"], r"-Cr: expected a CPU range lo-hi"), (["-C", "0x1", "-Cr", "0-1"], r"excludes"),
                            (["--poll", "200"], r"--poll"), (["--cpu-strict", "5"], r"--cpu-strict"), (["--prio", "9"], r"--prio"),
                            (["-C", "0x8" + "0" * 255], r"cannot place a thread on CPU 1023")):
         assert_one_line_error(cli(tool, model, "-p", "x", "-n", "1", *flags), "kiln-cli", pattern)

@@ -4,9 +4,9 @@
 #include <charconv>
 #include <cstdio>
 #include <system_error>
-#include <vector>
 
 #include "cli_common.h"
+#include "kiln.h"
 
 #if defined(_WIN32)
 #  ifndef WIN32_LEAN_AND_MEAN
@@ -24,46 +24,31 @@ namespace kiln_tools {
 
 namespace {
 
-constexpr int kMaxCpus = 1024;  // the engine's limit (cpu_set_t's size)
-
-// Nibbles, lowest CPUs first, as "0x..." without leading zeros.
-std::string mask_text(const std::vector<int>& nibbles) {
-    size_t top = nibbles.size();
-    while (top > 0 && nibbles[top - 1] == 0) --top;
-    if (top == 0) return "0x0";
-    std::string s = "0x";
-    for (size_t k = top; k-- > 0;) s += "0123456789abcdef"[nibbles[k]];
+// A mask as the engine writes it: the C API checks it, so tools and contexts read masks alike.
+// make(buf, size) is one of the C API's mask writers (snprintf semantics, -1 on error).
+template <class Make>
+std::string engine_mask(const std::string& flag, Make make) {
+    const int32_t n = make(nullptr, 0);
+    if (n < 0) throw ToolError(flag + ": " + kiln_last_error());
+    std::string s(static_cast<size_t>(n) + 1, '\0');
+    make(s.data(), s.size());
+    s.resize(static_cast<size_t>(n));
     return s;
 }
 
 }  // namespace
 
 std::string checked_cpu_mask(const std::string& flag, const std::string& text) {
-    std::string_view hex = text;
-    if (hex.size() >= 2 && hex[0] == '0' && (hex[1] == 'x' || hex[1] == 'X')) hex.remove_prefix(2);
-    if (hex.empty()) throw ToolError(flag + ": '" + text + "' is not a CPU mask (expected hexadecimal digits, such as 0x3 for CPUs 0 and 1)");
-    std::vector<int> nibbles(hex.size());
-    for (size_t k = 0; k < hex.size(); ++k) {
-        const char ch = hex[hex.size() - 1 - k];
-        int v = -1;
-        if (ch >= '0' && ch <= '9') v = ch - '0';
-        else if (ch >= 'a' && ch <= 'f') v = ch - 'a' + 10;
-        else if (ch >= 'A' && ch <= 'F') v = ch - 'A' + 10;
-        if (v < 0) throw ToolError(flag + ": '" + text + "' is not a CPU mask ('" + std::string(1, ch) + "' is not a hexadecimal digit)");
-        if (v != 0 && 4 * k >= static_cast<size_t>(kMaxCpus)) {  // nibble k holds CPUs 4k..4k+3
-            throw ToolError(flag + ": '" + text + "' names CPUs above " + std::to_string(kMaxCpus - 1));
-        }
-        nibbles[k] = v;
-    }
-    return mask_text(nibbles);
+    if (text.empty()) throw ToolError(flag + ": an empty CPU mask (expected hexadecimal digits, such as 0x3 for CPUs 0 and 1)");
+    return engine_mask(flag, [&](char* buf, size_t n) { return kiln_cpu_mask_normalize(text.c_str(), buf, n); });
 }
 
 std::string cpu_range_mask(const std::string& flag, const std::string& range) {
     const char* p = range.data();
     const char* end = p + range.size();
-    int lo = -1, hi = -1;
+    int32_t lo = -1, hi = -1;
     auto a = std::from_chars(p, end, lo);
-    bool ok = a.ec == std::errc() && lo >= 0;
+    bool ok = a.ec == std::errc() && a.ptr != p;
     if (ok && a.ptr != end) {
         ok = *a.ptr == '-';
         const auto b = ok ? std::from_chars(a.ptr + 1, end, hi) : a;
@@ -71,12 +56,8 @@ std::string cpu_range_mask(const std::string& flag, const std::string& range) {
     } else {
         hi = lo;
     }
-    if (!ok || hi < lo || hi >= kMaxCpus) {
-        throw ToolError(flag + ": expected a CPU range lo-hi (or one CPU) within 0-" + std::to_string(kMaxCpus - 1) + ", got '" + range + "'");
-    }
-    std::vector<int> nibbles(static_cast<size_t>(hi / 4 + 1), 0);
-    for (int c = lo; c <= hi; ++c) nibbles[static_cast<size_t>(c / 4)] |= 1 << (c % 4);
-    return mask_text(nibbles);
+    if (!ok) throw ToolError(flag + ": expected a CPU range lo-hi (or one CPU), got '" + range + "'");
+    return engine_mask(flag, [&](char* buf, size_t n) { return kiln_cpu_range_mask(lo, hi, buf, n); });
 }
 
 bool set_process_priority(int32_t level) {

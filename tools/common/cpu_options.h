@@ -10,11 +10,13 @@
 namespace kiln_tools {
 
 // Checks a hexadecimal CPU mask ("0x3", "ff00"; bit i = CPU i) and returns it as "0x..." in
-// lower case without leading zeros ("0x0": no CPU named, no placement). Throws ToolError
-// naming flag and text for anything else, or for a CPU above 1023.
+// lower case without leading zeros ("0x0": no CPU named, no placement). The engine checks it
+// (kiln_cpu_mask_normalize), so a tool reads masks as contexts do; throws ToolError naming the
+// flag and the engine's reason for an empty mask, a bad digit or a CPU above 1023.
 std::string checked_cpu_mask(const std::string& flag, const std::string& text);
 
-// llama.cpp's -Cr "lo-hi" (or one CPU "n"): the mask of CPUs lo..hi, as checked_cpu_mask writes it.
+// llama.cpp's -Cr "lo-hi" (or one CPU "n"): the mask of CPUs lo..hi (kiln_cpu_range_mask), as
+// checked_cpu_mask writes it.
 std::string cpu_range_mask(const std::string& flag, const std::string& range);
 
 // llama.cpp's --prio levels: -1 low, 0 normal (left as it is), 1 medium, 2 high, 3 realtime.
