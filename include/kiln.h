@@ -56,6 +56,11 @@ KILN_API const char* kiln_last_error(void);
 KILN_API int32_t kiln_cpu_mask_normalize(const char* mask, char* buf, size_t buf_size);
 /* The mask of CPUs first..last (llama.cpp's -Cr); an error unless 0 <= first <= last <= 1023. */
 KILN_API int32_t kiln_cpu_range_mask(int32_t first, int32_t last, char* buf, size_t buf_size);
+/* Places the calling thread where a context with this cpu_mask and cpu_strict places its compute
+ * thread ith (any CPU of the mask; strict: the mask's ith CPU, cycling), for a tool's own threads
+ * that must run where a test's threads do (kiln-bench's probes). NULL or "0x0": nothing is done.
+ * Returns 0, or -1 with kiln_last_error naming the mask or the CPU the OS refused. */
+KILN_API int32_t kiln_cpu_bind_thread(const char* cpu_mask, bool cpu_strict, int32_t ith);
 
 /* ---- Element types (ids as in GGUF files: 0 = F32, 1 = F16, 2 = Q4_0, ...) ---- */
 

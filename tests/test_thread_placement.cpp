@@ -191,6 +191,34 @@ TEST_F(PlacedPool, ACpuTheProcessMayNotUseIsRefusedByName) {
     }
 }
 
+// kiln_cpu_bind_thread places a tool's own thread as a context places its thread ith.
+TEST_F(PlacedPool, CApiBindsAThreadAsTheContextWould) {
+    const std::string mask = kiln::cpu::format_cpu_mask(allowed_);
+    const auto run_on_new_thread = [](const std::string& m, bool strict, int ith) {
+        std::pair<int32_t, Cpus> out;
+        std::thread([&] {
+            out.first = kiln_cpu_bind_thread(m.c_str(), strict, ith);
+            out.second = kiln::cpu::this_thread_cpus();
+        }).join();
+        return out;
+    };
+    for (int ith = 0; ith < static_cast<int>(allowed_.size()) + 1; ++ith) {
+        EXPECT_EQ(run_on_new_thread(mask, true, ith), std::make_pair(int32_t{0}, Cpus{allowed_[static_cast<size_t>(ith) % allowed_.size()]}));
+    }
+    EXPECT_EQ(run_on_new_thread(kiln::cpu::format_cpu_mask(Cpus{allowed_.back()}), false, 3), std::make_pair(int32_t{0}, Cpus{allowed_.back()}));
+    EXPECT_EQ(run_on_new_thread("0x0", true, 0).first, 0);
+    EXPECT_EQ(run_on_new_thread("0x0", true, 0).second, kiln::cpu::this_thread_cpus());  // left where it was
+    int outside = -1;
+    for (int c = 0; c < kiln::cpu::kMaxCpus && outside < 0; ++c)
+        if (!std::binary_search(allowed_.begin(), allowed_.end(), c)) outside = c;
+    std::string error;
+    std::thread([&] {
+        if (kiln_cpu_bind_thread(kiln::cpu::format_cpu_mask(Cpus{outside}).c_str(), false, 0) != 0) error = kiln_last_error();
+    }).join();
+    EXPECT_NE(error.find("CPU " + std::to_string(outside)), std::string::npos) << error;
+    EXPECT_EQ(run_on_new_thread("0xq", false, 0).first, -1);
+}
+
 TEST_F(PlacedPool, NoPollingWorkersSleepAndWake) {
     // poll 0: workers sleep as soon as a job is done; every run must still reach them all.
     ThreadPool pool(3, ThreadPlacement{.cpus = allowed_, .strict = true, .poll = 0});

@@ -1,4 +1,5 @@
 // C API: what build and machine this is (benchmark records, logs), and its CPU masks.
+#include <algorithm>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -47,6 +48,18 @@ int32_t kiln_cpu_range_mask(int32_t first, int32_t last, char* buf, size_t buf_s
             std::vector<int> cpus(static_cast<size_t>(last - first + 1));
             std::iota(cpus.begin(), cpus.end(), first);
             return copy_out(kiln::cpu::format_cpu_mask(cpus), buf, buf_size);
+        },
+        int32_t{-1});
+}
+
+int32_t kiln_cpu_bind_thread(const char* cpu_mask, bool cpu_strict, int32_t ith) {
+    return guarded(
+        [&] {
+            namespace cpu = kiln::cpu;
+            const cpu::ThreadPlacement p{.cpus = cpu::parse_cpu_mask(cpu_mask ? cpu_mask : ""), .strict = cpu_strict};
+            cpu::check_placement(p);
+            cpu::bind_this_thread(cpu::cpus_of_thread(p, std::max(ith, 0)));
+            return int32_t{0};
         },
         int32_t{-1});
 }

@@ -470,6 +470,53 @@ def test_placed_threads_run_where_the_mask_says(tool, models):
     assert str(cpu) in seen, seen
 
 
+def test_probes_run_on_the_tests_cpus(tool, tmp_path):
+    # --bandwidth and --peak run on the CPUs of each placement the tests use, read from the OS while
+    # they run. The model is missing, so no context ever places a thread: any thread of the process
+    # held on exactly the masked CPU is a probe's.
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2 or not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs Linux and two CPUs")
+    cpu = max(os.sched_getaffinity(0))
+    proc = subprocess.Popen([tool("kiln-bench"), "-m", str(tmp_path / "missing.gguf"), "-p", "0", "-n", "1", "-t", "2",
+                             "-C", f"{1 << cpu:#x}", "--cpu-strict", "1", "--bandwidth", "--bandwidth-mib", "512", "--peak",
+                             "--peak-seconds", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = set()
+    try:
+        while proc.poll() is None and str(cpu) not in seen:
+            for status in glob.glob(f"/proc/{proc.pid}/task/*/status"):
+                try:
+                    with open(status) as f:
+                        seen |= {ln.split(":", 1)[1].strip() for ln in f if ln.startswith("Cpus_allowed_list:")}
+                except OSError:
+                    pass
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert str(cpu) in seen, seen
+
+
+def test_probes_are_reported_per_placement(tool, models):
+    # One probe per placement the tests use, each row judged against its own; a placement the process
+    # cannot have gets no probe and its tests fail by name, while the others run with theirs.
+    m, far = models["llama"], "0x8" + "0" * 255
+    args = ["-m", m, "-p", "4", "-n", "2", "-C", f"0x0,0x1,{far}", "--cpu-strict", "1", "--bandwidth",
+            "--bandwidth-mib", "64", "--peak", "--peak-seconds", "0.01"]
+    res = bench(tool, *args, "-o", "json")
+    assert res.returncode == 1 and "cannot place a thread on CPU 1023" in res.stderr, res.stderr
+    assert f"read bandwidth, 1 thread on CPUs {far}, strict: skipped" in res.stderr, res.stderr
+    rows = json.loads(res.stdout)
+    assert sorted((r["cpu_mask"], r["n_prompt"], r["n_gen"]) for r in rows) == [("0x0", 0, 2), ("0x0", 4, 0), ("0x1", 0, 2), ("0x1", 4, 0)]
+    for r in rows:
+        peak = r["compute_peak"]
+        assert (peak["threads"], peak["cpu_mask"], peak["cpu_strict"]) == (1, r["cpu_mask"], True), peak
+        if r["n_gen"] > 0:
+            assert r["bandwidth_gibs"] > 0 and r["row_bandwidth_gibs"] > 0, r
+    md = bench(tool, *args).stdout
+    assert "bandwidth: 1 thread, " in md and "bandwidth: 1 thread on CPUs 0x1, strict, " in md, md
+    assert "peak: 1 thread, " in md and "peak: 1 thread on CPUs 0x1, strict, " in md, md
+    assert far not in md.split("|", 1)[0], md
+
+
 def test_fixed_context(tool, models):
     (row,) = bench_json(tool, "-m", models["llama"], "-p", "0", "-n", "2", "-c", "256")
     assert row["n_ctx"] == 256

@@ -145,7 +145,7 @@ struct FreeDeleter {
 }  // namespace
 
 Bandwidth measure_bandwidth(const BandwidthOptions& opts) {
-    const int threads = std::max(1, opts.threads);
+    const int threads = std::max(1, opts.threads.threads);
     const size_t bytes = std::max(kAlign, opts.bytes / kAlign * kAlign);
     std::unique_ptr<uint8_t, FreeDeleter> buf(alloc_aligned(bytes));
     if (!buf) throw std::runtime_error("bandwidth probe: cannot allocate " + std::to_string(bytes >> 20) + " MiB");
@@ -182,13 +182,12 @@ Bandwidth measure_bandwidth(const BandwidthOptions& opts) {
         }
         sums[static_cast<size_t>(tid)] = sum;
     };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
-    worker(0);
-    for (auto& t : pool) t.join();
+    ProbePlacement placement = opts.threads;
+    placement.threads = threads;
+    run_probe_threads(placement, worker);
 
     Bandwidth r;
-    r.threads = threads;
+    r.threads = placement;
     r.bytes = bytes;
     r.loads = reader.name;
     r.n_patterns = kNumPatterns;

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "probe_threads.h"
+
 namespace kiln_bench {
 
 struct BandwidthOptions {
     size_t bytes = size_t{1} << 30;  // the buffer read (1 GiB: far beyond any cache)
-    int threads = 1;
+    ProbePlacement threads;          // how many threads read, and on which CPUs
     int passes = 7;                  // timed passes per read pattern, after one untimed warm-up pass
 };
 
@@ -25,7 +27,7 @@ struct ReadPattern {
 };
 
 struct Bandwidth {
-    int threads = 0;
+    ProbePlacement threads;
     double best_gibs = 0;    // fastest pass of any pattern
     double median_gibs = 0;  // median pass of the pattern that made the fastest
     double plain_best_gibs = 0;  // fastest pass of plain loads
@@ -36,7 +38,7 @@ struct Bandwidth {
     const char* loads = "";  // "avx512", "avx2" or "scalar"
 };
 
-// Fills a buffer of opts.bytes (each thread first-touches its own slice, so
+// Fills a buffer of opts.bytes (each thread, placed as opts.threads says, first-touches its own slice, so
 // pages sit near the thread that reads them), then times passes in which every
 // thread reads its slice with the widest loads the CPU has, opts.passes per read
 // pattern (kReadPatterns), the patterns taking turns so that a change in the

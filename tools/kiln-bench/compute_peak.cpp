@@ -306,7 +306,8 @@ uint64_t calibrate(const Kernel& k, double seconds) {
     }
 }
 
-PeakProbe run_probe(const Kernel& k, int threads, double seconds, int repetitions) {
+PeakProbe run_probe(const Kernel& k, const ProbePlacement& placement, double seconds, int repetitions) {
+    const int threads = placement.threads;
     const uint64_t iters = calibrate(k, seconds);
     // Per run and thread: the thread's own time for the same work.
     std::vector<std::vector<double>> secs(static_cast<size_t>(repetitions), std::vector<double>(static_cast<size_t>(threads)));
@@ -320,10 +321,7 @@ PeakProbe run_probe(const Kernel& k, int threads, double seconds, int repetition
             secs[static_cast<size_t>(rep)][static_cast<size_t>(tid)] = seconds_since(t0);
         }
     };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
-    worker(0);
-    for (auto& t : pool) t.join();
+    run_probe_threads(placement, worker);
 
     PeakProbe p;
     p.kind = k.kind;
@@ -369,7 +367,8 @@ const PeakProbe* ComputePeak::find(PeakKind kind) const {
 
 ComputePeak measure_compute_peak(const ComputePeakOptions& opts) {
     ComputePeak r;
-    r.threads = std::max(1, opts.threads);
+    r.threads = opts.threads;
+    r.threads.threads = std::max(1, opts.threads.threads);
     r.seconds = std::max(0.001, opts.seconds);
     r.repetitions = std::max(1, opts.repetitions);
     for (const Kernel& k : available_kernels()) r.probes.push_back(run_probe(k, r.threads, r.seconds, r.repetitions));

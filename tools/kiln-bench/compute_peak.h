@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "probe_threads.h"
+
 namespace kiln_bench {
 
 // The number formats a prompt matmul kernel computes in; the AMX kinds are the tile unit's
@@ -16,7 +18,7 @@ enum class PeakKind { Int8, Bf16, Fp16, F32, AmxInt8, AmxBf16 };
 const char* peak_kind_name(PeakKind kind);  // "int8", "bf16", "fp16", "f32", "amx-int8", "amx-bf16"
 
 struct ComputePeakOptions {
-    int threads = 1;
+    ProbePlacement threads;  // how many threads run each probe, and on which CPUs
     double seconds = 0.25;  // one timed run of one probe
     int repetitions = 3;    // timed runs per probe; the best counts
 };
@@ -32,7 +34,7 @@ struct PeakProbe {
 };
 
 struct ComputePeak {
-    int threads = 0;
+    ProbePlacement threads;
     double seconds = 0;
     int repetitions = 0;
     // The kinds this CPU has an instruction for, int8 first; empty where the probe

@@ -41,26 +41,43 @@ int run(int argc, char** argv) {
     const char* kernels = kiln_cpu_kernels();
     report.kernels = kernels ? kernels : "";
     std::fprintf(stderr, "kiln-bench: build %s, %s\n", report.build_commit.c_str(), kiln_system_info());
+    // The probes run once for every placement of threads the tests use (-t x -C x --cpu-strict),
+    // on those CPUs, so each row is judged against what its own CPUs do.
+    std::set<kb::ProbePlacement> placements;
+    for (const kb::Test& t : tests) placements.insert(t.placement());
+    // CPUs the process may not use: no probe there (the tests on them fail by name, the others run).
+    auto placeable = [](const kb::ProbePlacement& p, const char* probe) {
+        try {
+            kb::run_probe_threads(p, [](int) {});
+            return true;
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "kiln-bench: %s, %s: skipped (%s)\n", probe, p.describe().c_str(), e.what());
+            return false;
+        }
+    };
     if (opts.bandwidth) {
         // Before any model is loaded, so the probe has the memory system to itself; the buffer is
         // freed before the first test, so it does not count in any test's peak resident size.
-        for (int32_t t : std::set<int32_t>(opts.n_threads.begin(), opts.n_threads.end())) {
+        for (const kb::ProbePlacement& p : placements) {
+            if (!placeable(p, "read bandwidth")) continue;
             const kb::Bandwidth bw = kb::measure_bandwidth(
-                kb::BandwidthOptions{.bytes = static_cast<size_t>(opts.bandwidth_mib) << 20, .threads = t, .passes = 7});
+                kb::BandwidthOptions{.bytes = static_cast<size_t>(opts.bandwidth_mib) << 20, .threads = p, .passes = 7});
             std::fprintf(stderr,
-                         "kiln-bench: read bandwidth, %d threads (%s loads, %d MiB, %d patterns): best %.2f GiB/s (%s), median %.2f "
+                         "kiln-bench: read bandwidth, %s (%s loads, %d MiB, %d patterns): best %.2f GiB/s (%s), median %.2f "
                          "GiB/s; plain loads best %.2f GiB/s\n",
-                         t, bw.loads, opts.bandwidth_mib, bw.n_patterns, bw.best_gibs, bw.pattern, bw.median_gibs, bw.plain_best_gibs);
-            report.bandwidth[t] = bw;
+                         p.describe().c_str(), bw.loads, opts.bandwidth_mib, bw.n_patterns, bw.best_gibs, bw.pattern, bw.median_gibs,
+                         bw.plain_best_gibs);
+            report.bandwidth[p] = bw;
         }
     }
     if (opts.peak) {
         // Also before any model: the probes want the cores to themselves.
-        for (int32_t t : std::set<int32_t>(opts.n_threads.begin(), opts.n_threads.end())) {
+        for (const kb::ProbePlacement& p : placements) {
+            if (!placeable(p, "compute peak")) continue;
             const kb::ComputePeak peak =
-                kb::measure_compute_peak(kb::ComputePeakOptions{.threads = t, .seconds = opts.peak_seconds, .repetitions = 3});
-            std::fprintf(stderr, "kiln-bench: compute peak, %d threads: %s\n", t, kb::describe_compute_peak(peak).c_str());
-            report.peak[t] = peak;
+                kb::measure_compute_peak(kb::ComputePeakOptions{.threads = p, .seconds = opts.peak_seconds, .repetitions = 3});
+            std::fprintf(stderr, "kiln-bench: compute peak, %s: %s\n", p.describe().c_str(), kb::describe_compute_peak(peak).c_str());
+            report.peak[p] = peak;
         }
     }
 

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "probe_threads.h"
+
 namespace kiln_bench {
 
 enum class OutputFormat { Markdown, Csv, Json, Jsonl, Sql };
@@ -67,6 +69,8 @@ struct Test {
 
     // "pp512", "tg128 @ d4096", "tg32 x8", "pp512+tg128"
     std::string name() const;
+    // The test's threads and CPUs, which its machine probes run with.
+    ProbePlacement placement() const { return {.threads = n_threads, .cpu_mask = cpu_mask, .cpu_strict = cpu_strict}; }
     // Only generation steps are timed (Generation, Parallel): the rows with bytes read per token.
     bool decodes() const { return kind == TestKind::Generation || kind == TestKind::Parallel; }
     // KV cells the test needs: every sequence's depth, prompt and generated tokens.

@@ -33,19 +33,19 @@ struct Value {
 };
 const Value kNoReal = Value::none(Value::Kind::Real), kNoInt = Value::none(Value::Kind::Int), kNoText = Value::none(Value::Kind::Text);
 
-const Bandwidth* bandwidth_for(const Report& rep, int threads) {
-    const auto it = rep.bandwidth.find(threads);
+const Bandwidth* bandwidth_for(const Report& rep, const Result& r) {
+    const auto it = rep.bandwidth.find(r.test.placement());
     return it == rep.bandwidth.end() ? nullptr : &it->second;
 }
 
-const ComputePeak* peak_for(const Report& rep, int threads) {
-    const auto it = rep.peak.find(threads);
+const ComputePeak* peak_for(const Report& rep, const Result& r) {
+    const auto it = rep.peak.find(r.test.placement());
     return it == rep.peak.end() ? nullptr : &it->second;
 }
 
 // The probe a prompt row is judged against (null: a generation row, no --peak, or no such probe).
 const PeakProbe* row_peak(const Report& rep, const Result& r) {
-    const ComputePeak* cp = peak_for(rep, r.n_threads);
+    const ComputePeak* cp = peak_for(rep, r);
     if (!cp || r.test.kind != TestKind::Prompt) return nullptr;
     // Rows per product: the prompt cut into batches and micro-batches.
     const int64_t rows = std::min({r.test.n_prompt, r.test.n_batch > 0 ? r.test.n_batch : r.test.n_prompt, r.test.n_ubatch > 0 ? r.test.n_ubatch : r.test.n_prompt});
@@ -57,14 +57,14 @@ const PeakProbe* row_peak(const Report& rep, const Result& r) {
 // test) where it has them, else the run's probe; 0: neither.
 double row_bandwidth(const Report& rep, const Result& r) {
     if (r.row_bandwidth_gibs > 0) return r.row_bandwidth_gibs;
-    const Bandwidth* bw = bandwidth_for(rep, r.n_threads);
+    const Bandwidth* bw = bandwidth_for(rep, r);
     return bw ? bw->best_gibs : 0;
 }
 
 // Every field of a row, in output order (CSV columns, JSON keys).
 std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Result& r) {
     const bool gen = r.test.decodes();
-    const Bandwidth* bw = bandwidth_for(rep, r.n_threads);
+    const Bandwidth* bw = bandwidth_for(rep, r);
     const double row_bw = gen ? row_bandwidth(rep, r) : 0;
     const double wkv = static_cast<double>(r.model.size + r.kv_bytes);
     auto gen_only = [&](double v) { return gen ? Value::real(v) : kNoReal; };
@@ -169,7 +169,8 @@ std::string json_array(const std::vector<double>& v) {
 // The whole probe of the row's thread count (every instruction, per thread and per run).
 std::string json_peak(const ComputePeak* cp) {
     if (!cp) return "null";
-    std::string o = "{\"threads\": " + std::to_string(cp->threads) + ", \"seconds\": " + fmt("%.17g", cp->seconds) +
+    std::string o = "{\"threads\": " + std::to_string(cp->threads.threads) + ", \"cpu_mask\": " + json_string(cp->threads.cpu_mask) +
+                    ", \"cpu_strict\": " + (cp->threads.cpu_strict ? "true" : "false") + ", \"seconds\": " + fmt("%.17g", cp->seconds) +
                     ", \"repetitions\": " + std::to_string(cp->repetitions) + ", \"probes\": {";
     for (size_t i = 0; i < cp->probes.size(); ++i) {
         const PeakProbe& p = cp->probes[i];
@@ -191,7 +192,7 @@ std::string json_row(const Report& rep, const Result& r, bool pretty) {
     for (const auto& [name, v] : fields(rep, r)) key(name, json_value(v));
     std::vector<double> ns = r.samples_ns;
     for (double& x : ns) x = std::round(x);
-    key("compute_peak", json_peak(peak_for(rep, r.n_threads)));
+    key("compute_peak", json_peak(peak_for(rep, r)));
     key("samples_ns", json_array(ns));
     key("samples_ts", json_array(r.samples_ts()));
     if (!r.profile.empty()) {
@@ -382,15 +383,15 @@ void print_profiles(FILE* out, const Report& rep) {
 }
 
 void print_markdown(FILE* out, const Report& rep) {
-    for (const auto& [threads, bw] : rep.bandwidth) {
+    for (const auto& [placement, bw] : rep.bandwidth) {
         std::fprintf(out,
-                     "bandwidth: %d threads, %s loads, %zu passes of each of %d read patterns over %zu MiB: best %.2f GiB/s (%s), "
+                     "bandwidth: %s, %s loads, %zu passes of each of %d read patterns over %zu MiB: best %.2f GiB/s (%s), "
                      "median %.2f GiB/s; plain loads best %.2f GiB/s\n\n",
-                     threads, bw.loads, bw.passes_gibs.size(), bw.n_patterns, bw.bytes >> 20, bw.best_gibs, bw.pattern, bw.median_gibs,
+                     placement.describe().c_str(), bw.loads, bw.passes_gibs.size(), bw.n_patterns, bw.bytes >> 20, bw.best_gibs, bw.pattern, bw.median_gibs,
                      bw.plain_best_gibs);
     }
-    for (const auto& [threads, cp] : rep.peak) {
-        std::fprintf(out, "peak: %d threads, best of %d x %.2f s: %s\n\n", threads, cp.repetitions, cp.seconds,
+    for (const auto& [placement, cp] : rep.peak) {
+        std::fprintf(out, "peak: %s, best of %d x %.2f s: %s\n\n", placement.describe().c_str(), cp.repetitions, cp.seconds,
                      describe_compute_peak(cp).c_str());
     }
     const auto& rs = rep.results;

@@ -16,8 +16,8 @@ namespace kiln_bench {
 
 struct Report {
     std::vector<Result> results;
-    std::map<int, Bandwidth> bandwidth;  // by thread count; empty without --bandwidth
-    std::map<int, ComputePeak> peak;     // by thread count; empty without --peak
+    std::map<ProbePlacement, Bandwidth> bandwidth;  // by the tests' threads and CPUs; empty without --bandwidth
+    std::map<ProbePlacement, ComputePeak> peak;     // by the tests' threads and CPUs; empty without --peak
     bool mem_columns = false;            // --mem
     // The build and machine (every row carries them, as llama-bench's rows do): kiln_build_commit,
     // kiln_cpu_description, kiln_cpu_kernels ("" where KILN_CPU names no usable set).

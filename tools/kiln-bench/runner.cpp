@@ -374,18 +374,25 @@ void Runner::run_model(const std::string& path, const std::vector<Test>& tests, 
     // reset, the lifetime peak would include it, so there are no row probes.
     const int32_t row_probe_mib = reset_peak_rss() ? opts_.row_probe_mib : 0;
     // Three passes (after the warm-up one): the same reader as the run's probe, about 0.5 s a probe.
-    auto probe = [&](int32_t threads) {
-        return measure_bandwidth(BandwidthOptions{.bytes = static_cast<size_t>(row_probe_mib) << 20, .threads = threads, .passes = 3})
-            .best_gibs;
+    // On the test's own CPUs (-C / --cpu-strict), as its context places its threads. CPUs the
+    // process may not use give no probe (0); the test then fails with its context's error.
+    auto probe = [&](const Test& t) {
+        try {
+            return measure_bandwidth(BandwidthOptions{.bytes = static_cast<size_t>(row_probe_mib) << 20, .threads = t.placement(), .passes = 3})
+                .best_gibs;
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "kiln-bench: %s: no bandwidth probe for %s (%s)\n", info.filename.c_str(), t.name().c_str(), e.what());
+            return 0.0;
+        }
     };
     for (const Test& t : tests) {
         if (opts_.delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(opts_.delay_s));
         std::fprintf(stderr, "kiln-bench: %s: %s, %d threads ...\n", info.filename.c_str(), t.name().c_str(), t.n_threads);
         try {
             const bool row_probe = row_probe_mib > 0 && t.decodes();
-            const double before = row_probe ? probe(t.n_threads) : 0;
+            const double before = row_probe ? probe(t) : 0;
             Result r = run_test(model.get(), info, t, opts_, warned_rss);
-            if (row_probe) r.row_bandwidth_gibs = std::max(before, probe(t.n_threads));
+            if (row_probe) r.row_bandwidth_gibs = std::max(before, probe(t));
             results.push_back(std::move(r));
         } catch (const std::exception& e) {
             const std::string msg = path + ": " + t.name() + ": " + e.what();
