@@ -60,7 +60,7 @@ done
 if [[ " $PLATFORMS " == *" isa "* ]]; then
   t0=$SECONDS
   echo "== portable build with KILN_OPENMP=ON"
-  targets=(); for t in test_thread_pool test_scheduler test_cpu_kernels test_cpu_ops test_cpu_gemm; do
+  targets=(); for t in test_thread_pool test_thread_placement test_scheduler test_cpu_kernels test_cpu_ops test_cpu_gemm; do
     [ -f "tests/$t.cpp" ] && targets+=("$t"); done
   B=build/portable-openmp
   if cmake --preset portable -B "$B" -DKILN_OPENMP=ON -DKILN_BUILD_TOOLS=OFF -DKILN_BUILD_BENCH=OFF \
@@ -68,7 +68,7 @@ if [[ " $PLATFORMS " == *" isa "* ]]; then
      cmake --build "$B" -j "$JOBS" --target "${targets[@]}" >"$LOG/openmp-build.log" 2>&1; then
     count "portable KILN_OPENMP=ON build" 0
     stage_done "portable KILN_OPENMP=ON build" $t0; t1=$SECONDS
-    for t in test_thread_pool test_scheduler; do
+    for t in test_thread_pool test_thread_placement test_scheduler; do
       [ -x "$B/tests/$t" ] && run_gtest "KILN_OPENMP=ON $t" "openmp-$t" "$B/tests/$t"
     done
     isas=(scalar)

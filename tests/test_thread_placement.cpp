@@ -219,6 +219,20 @@ TEST_F(PlacedPool, CApiBindsAThreadAsTheContextWould) {
     EXPECT_EQ(run_on_new_thread("0xq", false, 0).first, -1);
 }
 
+// The next pool in the process runs where the OS puts it, even where (OpenMP builds) it gets the
+// runtime's threads that an earlier, placed pool moved.
+TEST_F(PlacedPool, ThreadsOfTheNextUnplacedPoolRunAnywhere) {
+    for (const bool strict : {true, false}) {
+        {
+            ThreadPool placed(3, ThreadPlacement{.cpus = Cpus{allowed_.back()}, .strict = strict});
+            for (const Cpus& c : cpus_in_run(placed)) ASSERT_EQ(c, Cpus{allowed_.back()});
+        }
+        ThreadPool unplaced(3);
+        const std::vector<Cpus> seen = cpus_in_run(unplaced);
+        for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], allowed_) << "thread " << i;
+    }
+}
+
 TEST_F(PlacedPool, NoPollingWorkersSleepAndWake) {
     // poll 0: workers sleep as soon as a job is done; every run must still reach them all.
     ThreadPool pool(3, ThreadPlacement{.cpus = allowed_, .strict = true, .poll = 0});

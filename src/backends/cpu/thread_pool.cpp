@@ -1,5 +1,6 @@
 #include "backends/cpu/thread_pool.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <set>
@@ -52,11 +53,31 @@ ThreadPool::ThreadPool(int n_threads, ThreadPlacement placement)
 void ThreadPool::place_team_thread(int ith) {
     const std::thread::id me = std::this_thread::get_id();
     if (placed_[static_cast<size_t>(ith)] == me) return;
-    bind_this_thread(cpus_of_thread(placement_, ith));
+    std::vector<int> before = bind_this_thread(cpus_of_thread(placement_, ith));
     placed_[static_cast<size_t>(ith)] = me;
+    const std::lock_guard<std::mutex> lock(placed_mutex_);
+    const bool known = std::any_of(cpus_before_.begin(), cpus_before_.end(), [&](const auto& e) { return e.first == me; });
+    if (!known) cpus_before_.emplace_back(me, std::move(before));  // the first placement knows the thread's own CPUs
 }
 
 ThreadPool::~ThreadPool() {
+#if defined(KILN_OPENMP)
+    // Give the runtime's threads this pool placed their CPUs back. A team of the same size gets
+    // the same threads in practice; one the runtime left out of it keeps this pool's CPUs.
+    if (!cpus_before_.empty()) {
+#pragma omp parallel num_threads(n_threads_)
+        {
+            const std::thread::id me = std::this_thread::get_id();
+            for (const auto& [id, cpus] : cpus_before_) {
+                if (id != me) continue;
+                try {
+                    bind_this_thread(cpus);
+                } catch (const std::exception&) {  // those CPUs are gone: it stays where it is
+                }
+            }
+        }
+    }
+#endif
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_ = true;
@@ -123,14 +144,21 @@ void ThreadPool::run(const std::function<void(int, int)>& fn, int n_active) {
             }
         }
     } caller;
-    if (!placement_.cpus.empty()) {
+    auto place_caller = [&] {
+        if (placement_.cpus.empty()) return;
         const std::vector<int> mine = cpus_of_thread(placement_, 0);
         if (this_thread_cpus() != mine) caller.before = bind_this_thread(mine);
-    }
+    };
+#if !defined(KILN_OPENMP)
+    place_caller();
+#endif
     auto call = [&](int ith, int nth) {
         try {
 #if defined(KILN_OPENMP)
-            if (ith > 0 && !placement_.cpus.empty()) place_team_thread(ith);
+            // Inside the parallel region: the runtime makes its threads at the first one, and a
+            // new thread starts with its creator's CPUs, which must still be the caller's own.
+            if (ith == 0) place_caller();
+            else if (!placement_.cpus.empty()) place_team_thread(ith);
 #endif
             fn(ith, nth);
         } catch (const Aborted&) {

@@ -53,6 +53,10 @@ private:
     std::chrono::microseconds poll_;  // how long an idle worker spins before it sleeps
     // OpenMP: the thread last placed as thread i (each slot written only by thread i of a run).
     std::vector<std::thread::id> placed_;
+    // OpenMP: the CPUs each runtime thread had before this pool first placed it, put back when
+    // the pool goes (the runtime's threads outlive it and serve the next, maybe unplaced, pool).
+    std::mutex placed_mutex_;
+    std::vector<std::pair<std::thread::id, std::vector<int>>> cpus_before_;
     std::vector<std::thread> threads_;
     std::mutex mutex_;
     std::condition_variable wake_;
