@@ -32,6 +32,9 @@ KILN_API const char* kiln_version(void);
 
 /* The build's source commit: git's short hash, "unknown" when built outside a git checkout. */
 KILN_API const char* kiln_build_commit(void);
+/* The build's number: the commits in its source's history (git rev-list --count HEAD, as llama.cpp
+ * numbers builds), 0 when built outside a git checkout. */
+KILN_API int32_t kiln_build_number(void);
 
 /* The CPU as it names itself (x86: CPUID brand string, family and model), "unknown" if it gives none. */
 KILN_API const char* kiln_cpu_description(void);

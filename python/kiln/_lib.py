@@ -41,6 +41,7 @@ class PerfData(ctypes.Structure):
 _SIGNATURES = {
     "kiln_last_error": (ctypes.c_char_p, []),
     "kiln_build_commit": (ctypes.c_char_p, []),
+    "kiln_build_number": (ctypes.c_int32, []),
     "kiln_system_info": (ctypes.c_char_p, []),
     "kiln_model_default_params": (ModelParams, []),
     "kiln_model_load": (ctypes.c_void_p, [ctypes.c_char_p, ModelParams]),
@@ -119,6 +120,11 @@ def last_error() -> str:
 def build_commit() -> str:
     """The library's source commit (git short hash; "unknown" outside a checkout)."""
     return load_library().kiln_build_commit().decode()
+
+
+def build_number() -> int:
+    """The build's number: the commits in its source's history (as llama.cpp numbers builds); 0 outside git."""
+    return int(load_library().kiln_build_number())
 
 
 def system_info() -> str:

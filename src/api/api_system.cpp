@@ -11,6 +11,7 @@
 
 namespace kiln {
 const char* build_commit();  // generated at build time (cmake/BuildInfo.cmake)
+int build_number();
 }
 
 using kiln::api::copy_out;
@@ -19,6 +20,8 @@ using kiln::api::guarded;
 extern "C" {
 
 const char* kiln_build_commit(void) { return kiln::build_commit(); }
+
+int32_t kiln_build_number(void) { return kiln::build_number(); }
 
 const char* kiln_cpu_description(void) { return kiln::cpu::cpu_description().c_str(); }
 

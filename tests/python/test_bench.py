@@ -22,10 +22,24 @@ import subprocess
 import gguf
 import pytest
 
-FIELDS = {
-    "build_commit", "cpu_info", "backends", "kernels", "model_filename", "model_type", "model_size", "model_n_params", "n_threads", "cpu_mask", "cpu_strict", "poll", "n_batch", "n_ubatch", "type_k",
-    "type_v", "precision", "n_ctx", "n_prompt", "n_gen", "n_depth", "n_parallel", "test", "test_time", "repetitions",
-    "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "avg_ts_per_seq", "weight_bytes_per_token", "kv_bytes_per_token",
+# llama-bench's fields (its JSON / CSV / SQL rows), which scripts/compare-llama-bench.py reads and
+# joins two builds' rows on; every kiln-bench row carries them, with kiln's own beside them.
+LLAMA_BENCH_FIELDS = [
+    "build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename", "model_type", "model_size",
+    "model_n_params", "n_batch", "n_ubatch", "n_threads", "cpu_mask", "cpu_strict", "poll", "type_k", "type_v",
+    "n_gpu_layers", "split_mode", "main_gpu", "no_kv_offload", "flash_attn", "tensor_split", "tensor_buft_overrides",
+    "use_mmap", "embeddings", "no_op_offload", "n_prompt", "n_gen", "n_depth", "test_time", "avg_ns", "stddev_ns",
+    "avg_ts", "stddev_ts",
+]
+# The ones compare-llama-bench.py joins on (rows of two builds match when all are equal; NULL never is).
+LLAMA_BENCH_KEYS = [
+    "cpu_info", "gpu_info", "backends", "n_gpu_layers", "tensor_buft_overrides", "model_filename", "model_type",
+    "n_batch", "n_ubatch", "embeddings", "cpu_mask", "cpu_strict", "poll", "n_threads", "type_k", "type_v",
+    "use_mmap", "no_kv_offload", "split_mode", "main_gpu", "tensor_split", "flash_attn", "n_prompt", "n_gen", "n_depth",
+]
+FIELDS = set(LLAMA_BENCH_FIELDS) | {
+    "kernels", "precision", "n_ctx", "n_parallel", "test", "repetitions",
+    "avg_ts_per_seq", "weight_bytes_per_token", "kv_bytes_per_token",
     "bytes_per_token", "effective_gibs", "bandwidth_gibs", "bandwidth_median_gibs", "bandwidth_plain_gibs", "row_bandwidth_gibs", "bandwidth_pct",
     "kv_bytes",
     "compute_bytes", "peak_rss_bytes", "peak_rss_over_weights_kv", "peak_rss_per_test", "matmul_ops_per_token",
@@ -209,12 +223,12 @@ def test_sql_output_loads_into_sqlite(tool, models, tmp_path):
     db = sqlite3.connect(":memory:")
     db.executescript(res.stdout)
     db.executescript(res.stdout)  # CREATE TABLE IF NOT EXISTS: a second run appends
-    types = {name: decl for _, name, decl, *_ in db.execute("PRAGMA table_info(test)")}
+    types = {name: decl for _, name, decl, *_ in db.execute("PRAGMA table_info(llama_bench)")}
     assert set(types) == FIELDS
     assert types["model_filename"] == "TEXT" and types["n_prompt"] == "INTEGER" and types["avg_ts"] == "REAL"
     assert types["peak_rss_per_test"] == "INTEGER" and types["peak_kind"] == "TEXT" and types["bytes_per_token"] == "REAL"
     db.row_factory = sqlite3.Row
-    rows = [dict(r) for r in db.execute("SELECT * FROM test ORDER BY rowid")]
+    rows = [dict(r) for r in db.execute("SELECT * FROM llama_bench ORDER BY rowid")]
     assert len(rows) == 2 * len(err_json) == 8
     for got, want in zip(rows, err_json + err_json):
         for name in FIELDS:
@@ -224,6 +238,32 @@ def test_sql_output_loads_into_sqlite(tool, models, tmp_path):
             assert got[name] == (pytest.approx(w, rel=1e-15) if isinstance(w, float) else w), name
     assert rows[0]["model_filename"] == "it's.gguf" and rows[0]["bytes_per_token"] is None
     assert [r["test"] for r in rows[:4]] == ["pp8", "tg4", "pp8 @ d16", "tg4 @ d16"]
+
+
+def test_rows_join_as_compare_llama_bench_reads_them(tool, models):
+    # llama.cpp's scripts/compare-llama-bench.py: rows of a baseline and a compared build in one
+    # SQLite table `llama_bench`, joined on its key fields, averaged per (n_prompt, n_gen, n_depth).
+    # Two kiln-bench runs stand in for the two builds (the query's build_commit filters left out).
+    db = sqlite3.connect(":memory:")
+    for _ in range(2):
+        res = bench(tool, "-m", models["llama"], "-p", "8", "-n", "4", "-d", "0,16", "-o", "sql")
+        assert res.returncode == 0, res.stderr
+        db.executescript(res.stdout)
+    cols = [name for _, name, *_ in db.execute("PRAGMA table_info(llama_bench)")]
+    # llama-bench's fields come in its order (kiln's own in between).
+    assert [c for c in cols if c in LLAMA_BENCH_FIELDS] == LLAMA_BENCH_FIELDS
+    equal = " AND ".join(f"tb.{k} = tc.{k}" for k in LLAMA_BENCH_KEYS) + " AND tb.rowid < tc.rowid"
+    rows = db.execute(f"SELECT tb.n_prompt, tb.n_gen, tb.n_depth, AVG(tb.avg_ts), AVG(tc.avg_ts) FROM llama_bench tb "
+                      f"JOIN llama_bench tc ON {equal} GROUP BY tb.n_gen, tb.n_prompt, tb.n_depth "
+                      f"ORDER BY tb.n_gen, tb.n_prompt, tb.n_depth").fetchall()
+    assert [r[:3] for r in rows] == [(8, 0, 0), (8, 0, 16), (0, 4, 0), (0, 4, 16)], rows
+    assert all(r[3] > 0 and r[4] > 0 for r in rows)
+    (row,) = db.execute("SELECT gpu_info, n_gpu_layers, split_mode, main_gpu, no_kv_offload, flash_attn, tensor_split, "
+                        "tensor_buft_overrides, use_mmap, embeddings, no_op_offload FROM llama_bench LIMIT 1").fetchall()
+    # What this CPU engine does: nothing offloaded or split, attention always flash-style, the file mapped.
+    assert row == ("", 0, "none", 0, 0, 1, "0.00", "none", 1, 0, 0), row
+    (mmp,) = json.loads(bench(tool, "-m", models["llama"], "-p", "4", "-n", "0", "-mmp", "0", "-o", "json").stdout)
+    assert mmp["use_mmap"] is False
 
 
 def cpuinfo_model_name():
@@ -249,6 +289,11 @@ def test_build_and_machine_fields(tool, models):
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if commit != "unknown" and shutil.which("git") and os.path.isdir(os.path.join(repo, ".git")):
         assert subprocess.run(["git", "-C", repo, "cat-file", "-e", f"{commit}^{{commit}}"]).returncode == 0, commit
+        count = subprocess.run(["git", "-C", repo, "rev-list", "--count", commit], capture_output=True, text=True)
+        if count.returncode == 0:  # a shallow clone counts what it has, as the build did
+            assert r["build_number"] == int(count.stdout), (r["build_number"], count.stdout)
+    else:
+        assert r["build_number"] >= 0
     name = cpuinfo_model_name()
     assert r["cpu_info"] and r["cpu_info"] != "unknown"
     if name:  # x86 Linux: CPUID's brand string is what /proc/cpuinfo shows
@@ -503,7 +548,7 @@ def test_probes_are_reported_per_placement(tool, models):
             "--bandwidth-mib", "64", "--peak", "--peak-seconds", "0.01"]
     res = bench(tool, *args, "-o", "json")
     assert res.returncode == 1 and "cannot place a thread on CPU 1023" in res.stderr, res.stderr
-    assert f"read bandwidth, 1 thread on CPUs {far}, strict: skipped" in res.stderr, res.stderr
+    assert f"read bandwidth, 1 threads on CPUs {far}, strict: skipped" in res.stderr, res.stderr
     rows = json.loads(res.stdout)
     assert sorted((r["cpu_mask"], r["n_prompt"], r["n_gen"]) for r in rows) == [("0x0", 0, 2), ("0x0", 4, 0), ("0x1", 0, 2), ("0x1", 4, 0)]
     for r in rows:
@@ -512,8 +557,8 @@ def test_probes_are_reported_per_placement(tool, models):
         if r["n_gen"] > 0:
             assert r["bandwidth_gibs"] > 0 and r["row_bandwidth_gibs"] > 0, r
     md = bench(tool, *args).stdout
-    assert "bandwidth: 1 thread, " in md and "bandwidth: 1 thread on CPUs 0x1, strict, " in md, md
-    assert "peak: 1 thread, " in md and "peak: 1 thread on CPUs 0x1, strict, " in md, md
+    assert "bandwidth: 1 threads, " in md and "bandwidth: 1 threads on CPUs 0x1, strict, " in md, md
+    assert "peak: 1 threads, " in md and "peak: 1 threads on CPUs 0x1, strict, " in md, md
     assert far not in md.split("|", 1)[0], md
 
 

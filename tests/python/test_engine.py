@@ -320,6 +320,7 @@ def test_build_and_system_info():
     assert info.startswith("CPU: ") and " | kernels: " in info and " | AVX2 = " in info
     commit = kiln.build_commit()
     assert commit == "unknown" or re.fullmatch(r"[0-9a-f]{7,40}", commit)
+    assert (kiln.build_number() == 0) == (commit == "unknown"), (commit, kiln.build_number())
 
 
 def test_placed_threads_give_the_same_logits(synth_models):

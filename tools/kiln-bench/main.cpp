@@ -37,6 +37,7 @@ int run(int argc, char** argv) {
     kb::Report report;
     report.mem_columns = opts.mem;
     report.build_commit = kiln_build_commit();
+    report.build_number = kiln_build_number();
     report.cpu_info = kiln_cpu_description();
     const char* kernels = kiln_cpu_kernels();
     report.kernels = kernels ? kernels : "";

@@ -71,22 +71,37 @@ std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Resul
     const bool ops = r.test.kind == TestKind::Prompt && r.model.matmul_weights > 0;
     const PeakProbe* pk = ops ? row_peak(rep, r) : nullptr;
     return {
+        // llama-bench's fields first, in its order (scripts/compare-llama-bench.py joins rows of two
+        // builds on them), with kiln's own among them where they belong. The GPU settings are what
+        // this CPU engine does: nothing offloaded, no split, attention always flash-style.
         {"build_commit", Value::text(rep.build_commit)},
+        {"build_number", Value::integer(rep.build_number)},
         {"cpu_info", Value::text(rep.cpu_info)},
+        {"gpu_info", Value::text("")},
         {"backends", Value::text("CPU")},
         {"kernels", rep.kernels.empty() ? kNoText : Value::text(rep.kernels)},
         {"model_filename", Value::text(r.model.filename)},
         {"model_type", Value::text(r.model.type)},
         {"model_size", Value::integer(static_cast<long long>(r.model.size))},
         {"model_n_params", Value::integer(static_cast<long long>(r.model.n_params))},
+        {"n_batch", Value::integer(r.test.n_batch)},
+        {"n_ubatch", Value::integer(r.test.n_ubatch)},
         {"n_threads", Value::integer(r.n_threads)},
         {"cpu_mask", Value::text(r.test.cpu_mask)},
         {"cpu_strict", Value::boolean(r.test.cpu_strict)},
         {"poll", Value::integer(r.test.poll)},
-        {"n_batch", Value::integer(r.test.n_batch)},
-        {"n_ubatch", Value::integer(r.test.n_ubatch)},
         {"type_k", Value::text(r.test.type_k)},
         {"type_v", Value::text(r.test.type_v)},
+        {"n_gpu_layers", Value::integer(0)},
+        {"split_mode", Value::text("none")},
+        {"main_gpu", Value::integer(0)},
+        {"no_kv_offload", Value::boolean(false)},
+        {"flash_attn", Value::boolean(true)},
+        {"tensor_split", Value::text("0.00")},
+        {"tensor_buft_overrides", Value::text("none")},
+        {"use_mmap", Value::boolean(r.use_mmap)},
+        {"embeddings", Value::boolean(false)},
+        {"no_op_offload", Value::integer(0)},
         {"precision", Value::text(r.test.precision)},
         {"n_ctx", Value::integer(r.n_ctx)},
         {"n_prompt", Value::integer(r.test.n_prompt)},
@@ -258,7 +273,7 @@ void print_csv(FILE* out, const Report& rep) {
 }
 
 // ---- SQL ----
-// As llama-bench's sql output: a CREATE TABLE for table `test` (if it does not exist yet), then an
+// As llama-bench's sql output: a CREATE TABLE for table `llama_bench` (if it does not exist yet), then an
 // INSERT per row, e.g. `kiln-bench ... -o sql | sqlite3 results.sqlite`. Column types follow the
 // fields (TEXT, INTEGER, REAL; booleans INTEGER 0 / 1); absent values are NULL.
 
@@ -286,7 +301,7 @@ std::string sql_value(const Value& v) {
 void print_sql(FILE* out, const Report& rep) {
     const Result empty{};
     const auto cols = fields(rep, rep.results.empty() ? empty : rep.results.front());
-    std::fprintf(out, "CREATE TABLE IF NOT EXISTS test (\n");
+    std::fprintf(out, "CREATE TABLE IF NOT EXISTS llama_bench (\n");
     for (size_t i = 0; i < cols.size(); ++i) std::fprintf(out, "  %s %s%s\n", cols[i].first, sql_type(cols[i].second.kind), i + 1 < cols.size() ? "," : "");
     std::fprintf(out, ");\n\n");
     std::string names;
@@ -295,7 +310,7 @@ void print_sql(FILE* out, const Report& rep) {
         const auto f = fields(rep, r);
         std::string values;
         for (size_t i = 0; i < f.size(); ++i) values += (i ? ", " : "") + sql_value(f[i].second);
-        std::fprintf(out, "INSERT INTO test (%s) VALUES (%s);\n", names.c_str(), values.c_str());
+        std::fprintf(out, "INSERT INTO llama_bench (%s) VALUES (%s);\n", names.c_str(), values.c_str());
     }
 }
 

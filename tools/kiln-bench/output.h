@@ -22,6 +22,7 @@ struct Report {
     // The build and machine (every row carries them, as llama-bench's rows do): kiln_build_commit,
     // kiln_cpu_description, kiln_cpu_kernels ("" where KILN_CPU names no usable set).
     std::string build_commit, cpu_info, kernels;
+    int32_t build_number = 0;  // kiln_build_number
 };
 
 void print_report(FILE* out, OutputFormat format, const Report& report);

@@ -13,7 +13,7 @@
 namespace kiln_bench {
 
 std::string ProbePlacement::describe() const {
-    std::string s = std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+    std::string s = std::to_string(threads) + " threads";  // as the tool's other lines say it
     if (cpu_mask != "0x0") s += " on CPUs " + cpu_mask + (cpu_strict ? ", strict" : "");
     return s;
 }

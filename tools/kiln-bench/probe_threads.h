@@ -14,7 +14,7 @@ struct ProbePlacement {
     bool cpu_strict = false;
 
     auto operator<=>(const ProbePlacement&) const = default;
-    // "2 threads", "2 threads on CPUs 0x3", "2 threads on CPUs 0x3, strict"
+    // "2 threads", "2 threads on CPUs 0x3", "1 threads on CPUs 0x3, strict"
     std::string describe() const;
 };
 

@@ -269,6 +269,7 @@ Result run_test(const kiln_model* model, const ModelInfo& info, const Test& t, c
     kt::ContextPtr ctx = kt::new_context(model, cp);
     r.n_threads = kiln_n_threads(ctx.get());
     r.n_ctx = kiln_n_ctx(ctx.get());
+    r.use_mmap = opts.use_mmap;
     r.kv_bytes = kiln_kv_bytes(ctx.get());
     if (opts.verbose) std::fprintf(stderr, "kiln-bench:   context: %s\n", kt::describe_context(ctx.get(), ca).c_str());
 
