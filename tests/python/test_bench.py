@@ -316,9 +316,21 @@ def test_llama_bench_flags_without_effect_are_accepted(tool, models):
     # Scripts written for llama-bench pass these; each is validated and changes nothing here.
     res = bench(tool, "-m", models["llama"], "-p", "4", "-n", "0", "-fa", "1", "-nkvo", "0", "-sm", "none", "-mg", "0",
                 "-ts", "1", "-embd", "0", "--numa", "distribute", "--prio", "0", "--progress", "--delay", "0.01",
-                "-o", "json")
+                "-ncmoe", "0,4", "-dev", "auto", "-dio", "0", "-ot", r"blk\.[0-9]+\.ffn_.*=CPU;attn=cpu;", "-nopo", "1",
+                "--no-host", "0", "-o", "json")
     assert res.returncode == 0, res.stderr
     assert [r["test"] for r in json.loads(res.stdout)] == ["pp4"]
+
+
+def test_output_none_and_device_list(tool, models):
+    # -o none prints no results on stdout (with -oe they go to stderr only); --list-devices needs no model.
+    res = bench(tool, "-m", models["llama"], "-p", "4", "-n", "0", "-o", "none", "-oe", "json")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ""
+    assert [r["test"] for r in json.loads(res.stderr[res.stderr.index("\n[") + 1:])] == ["pp4"]
+    res = subprocess.run([tool("kiln-bench"), "--list-devices"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("Available devices:\n") and "CPU" in res.stdout, res.stdout
 
 
 def test_prompt_then_generation_rows(tool, models):
@@ -595,7 +607,13 @@ def test_failed_model_is_reported_and_others_run(tool, models, tmp_path):
     (["-r", "0"], r"-r: 0 is out of range"),
     (["-p", "-3"], r"-p|out of range"),
     (["--peak-seconds", "0"], r"--peak-seconds: 0 is out of range"),
-    (["-o", "sqlite"], r"-o: unknown format 'sqlite' \(expected md, csv, json, jsonl or sql\)"),
+    (["-o", "sqlite"], r"-o: unknown format 'sqlite' \(expected md, csv, json, jsonl, sql or none\)"),
+    (["-dev", "CUDA0"], r"-dev: unknown device 'CUDA0' \(this build computes on the CPU only: auto or none\)"),
+    (["-dio", "1"], r"-dio: 1 is out of range \[0, 0\]"),
+    (["-ot", "exps=CUDA0"], r"-ot: buffer type 'CUDA0' of 'exps=CUDA0' is not one this build has"),
+    (["-ot", "exps"], r"-ot: expected PATTERN=BUFFER_TYPE, got 'exps'"),
+    (["-nopo", "2"], r"-nopo: 2 is out of range"),
+    (["-ncmoe", "-1"], r"-ncmoe|out of range"),
     (["-oe", "xml"], r"-oe: unknown format 'xml'"),
     (["-fa", "2"], r"-fa: 2 is out of range"),
     (["-embd", "1"], r"-embd: 1 is out of range"),

@@ -21,7 +21,8 @@ const std::vector<std::pair<std::string, std::string>> kAliases = {
     {"-ub", "--ubatch-size"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
     {"-mmp", "--mmap"},       {"-ngl", "--n-gpu-layers"}, {"-pg", "--prompt-gen"}, {"-oe", "--output-err"},
     {"-fa", "--flash-attn"},  {"-nkvo", "--no-kv-offload"}, {"-sm", "--split-mode"}, {"-mg", "--main-gpu"},
-    {"-ts", "--tensor-split"}, {"-embd", "--embeddings"},
+    {"-ts", "--tensor-split"}, {"-embd", "--embeddings"}, {"-ncmoe", "--n-cpu-moe"}, {"-dev", "--device"},
+    {"-dio", "--direct-io"}, {"-ot", "--override-tensor"}, {"-nopo", "--no-op-offload"},
 };
 
 const std::vector<std::string> kCacheTypes = {"f16", "f32", "bf16", "q8_0"};
@@ -34,7 +35,8 @@ OutputFormat output_format(const std::string& flag, const std::string& name) {
     if (name == "json") return OutputFormat::Json;
     if (name == "jsonl") return OutputFormat::Jsonl;
     if (name == "sql") return OutputFormat::Sql;
-    throw kt::ToolError(flag + ": unknown format '" + name + "' (expected md, csv, json, jsonl or sql)");
+    if (name == "none") return OutputFormat::None;
+    throw kt::ToolError(flag + ": unknown format '" + name + "' (expected md, csv, json, jsonl, sql or none)");
 }
 
 std::string lower(std::string s) {
@@ -156,8 +158,9 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     std::vector<std::string> prompt_gen;  // "PP,TG" per -pg
     std::string output_err;
     // llama-bench flags that have nothing to select here: validated, then ignored (see --help)
-    std::vector<int32_t> flash_attn, no_kv_offload, main_gpu, embeddings;
-    std::vector<std::string> split_mode, tensor_split;
+    std::vector<int32_t> flash_attn, no_kv_offload, main_gpu, embeddings, n_cpu_moe, direct_io, no_op_offload, no_host;
+    std::vector<std::string> split_mode, tensor_split, devices, overrides;
+    bool list_devices = false;
     std::string numa;
     bool progress = false;
     // Integer lists that take llama-bench's ranges: read as text, expanded after parsing.
@@ -189,8 +192,8 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     kt::metavar(app.add_option("--parallel-prompt", o.parallel_prompt, "prompt tokens per sequence before a batched test"), "N");
     kt::metavar(app.add_option("-r,--repetitions", o.repetitions, "repetitions of each test"), "N");
     kt::metavar(app.add_option("-c,--ctx-size", o.n_ctx, "KV cells of every context (0: just what each test needs)"), "N");
-    kt::metavar(app.add_option("-o,--output", output, "results format on stdout: md, csv, json, jsonl, sql"), "FORMAT");
-    kt::metavar(app.add_option("--output-err", output_err, "the results also on stderr, in this format (-oe): md, csv, json, jsonl, sql"), "FORMAT");
+    kt::metavar(app.add_option("-o,--output", output, "results format on stdout: md, csv, json, jsonl, sql, none"), "FORMAT");
+    kt::metavar(app.add_option("--output-err", output_err, "the results also on stderr, in this format (-oe): md, csv, json, jsonl, sql, none"), "FORMAT");
     kt::metavar(app.add_option("--delay", o.delay_s, "seconds to pause before each test"), "S");
     add_list(app, "--flash-attn", flash_attn,
              "accepted for llama-bench compatibility (-fa 0|1): attention always runs tiled with an online softmax, as flash attention",
@@ -200,6 +203,15 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     add_list(app, "--main-gpu", main_gpu, "accepted for llama-bench compatibility (-mg); no GPU backend", "N");
     add_list(app, "--tensor-split", tensor_split, "accepted for llama-bench compatibility (-ts); no GPU backend", "SPLIT");
     add_list(app, "--embeddings", embeddings, "llama-bench's embeddings mode (-embd): only 0 (no embeddings mode here)", "0");
+    add_list(app, "--n-cpu-moe", n_cpu_moe, "accepted for llama-bench compatibility (-ncmoe); no GPU backend: every expert runs on the CPU", "N");
+    add_list(app, "--device", devices, "llama-bench's devices (-dev): auto or none (this build computes on the CPU only)", "DEV");
+    add_list(app, "--direct-io", direct_io, "llama-bench's direct I/O (-dio): only 0 (-mmp 0 reads the file instead of mapping it)", "0");
+    add_list(app, "--override-tensor", overrides,
+             "accepted for llama-bench compatibility (-ot PATTERN=CPU;...): every tensor is in CPU memory already; other buffer types are errors",
+             "PATTERN=BUFT");
+    add_list(app, "--no-op-offload", no_op_offload, "accepted for llama-bench compatibility (-nopo 0|1); no GPU backend", "0|1");
+    add_list(app, "--no-host", no_host, "accepted for llama-bench compatibility (0|1); no GPU backend", "0|1");
+    app.add_flag("--list-devices", list_devices, "list the devices tests can run on and exit");
     kt::metavar(app.add_option("--numa", numa, "accepted for llama-bench compatibility; threads are not placed by NUMA node"), "MODE");
     kt::add_priority_option(app);
     app.add_flag("--progress", progress, "accepted for llama-bench compatibility: progress always goes to stderr");
@@ -217,7 +229,20 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
                  "token by op and the weight bytes matrix products read");
     app.add_flag("--no-warmup", o.no_warmup, "skip the warm-up run before each test");
     app.add_flag("-v,--verbose", o.verbose, "print model and context details and every repetition's time to stderr");
+    // --list-devices needs no model: -m is required only when the run measures something.
+    for (int i = 1; i < argc; ++i) {
+        if (std::string(argv[i]) == "--list-devices") {
+            app.get_option("--model")->required(false);
+            break;
+        }
+    }
     if (!kt::parse_command_line(app, kt::translate_aliases(argc, argv, kAliases), exit_code)) return false;
+    if (list_devices) {
+        // As llama-bench lists them (its CPU is not listed there: it is always used).
+        std::printf("Available devices:\n  (none: kiln computes on the CPU, %s)\n", kiln_cpu_description());
+        exit_code = 0;
+        return false;
+    }
 
     o.output = output_format("-o", lower(output));
     if (!output_err.empty() && lower(output_err) != "none") {
@@ -227,6 +252,33 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     check_range(flash_attn, "-fa", 0, 1);
     check_range(no_kv_offload, "-nkvo", 0, 1);
     check_range(embeddings, "-embd", 0, 0);
+    check_range(n_cpu_moe, "-ncmoe", 0, 1 << 20);
+    check_range(direct_io, "-dio", 0, 0);
+    check_range(no_op_offload, "-nopo", 0, 1);
+    check_range(no_host, "--no-host", 0, 1);
+    for (const std::string& d : devices) {
+        if (d != "auto" && d != "none") {
+            throw kt::ToolError("-dev: unknown device '" + d + "' (this build computes on the CPU only: auto or none)");
+        }
+    }
+    // "pattern=buffer type" entries separated by ';' (llama-bench takes lists of them, ',' between lists).
+    for (const std::string& list : overrides) {
+        size_t start = 0;
+        while (start <= list.size()) {
+            const size_t end = std::min(list.find(';', start), list.size());
+            const std::string entry = list.substr(start, end - start);
+            start = end + 1;
+            if (entry.empty()) continue;  // "a=CPU;" and ";;" as llama.cpp reads them
+            const size_t eq = entry.rfind('=');
+            if (eq == std::string::npos || eq == 0) {
+                throw kt::ToolError("-ot: expected PATTERN=BUFFER_TYPE, got '" + entry + "'");
+            }
+            if (lower(entry.substr(eq + 1)) != "cpu") {
+                throw kt::ToolError("-ot: buffer type '" + entry.substr(eq + 1) + "' of '" + entry +
+                                    "' is not one this build has (only CPU: every tensor is in CPU memory already)");
+            }
+        }
+    }
     if (!(o.delay_s >= 0 && o.delay_s <= 3600)) throw kt::ToolError("--delay: " + std::to_string(o.delay_s) + " is out of range [0, 3600]");
     if (mmap != 0 && mmap != 1) throw kt::ToolError("--mmap: expected 0 or 1, got " + std::to_string(mmap));
     o.no_mmap = mmap == 0;

@@ -12,7 +12,7 @@
 
 namespace kiln_bench {
 
-enum class OutputFormat { Markdown, Csv, Json, Jsonl, Sql };
+enum class OutputFormat { Markdown, Csv, Json, Jsonl, Sql, None };  // None: nothing (-o none, with -oe)
 
 struct Options {
     std::vector<std::string> models;

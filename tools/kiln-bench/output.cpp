@@ -515,6 +515,7 @@ void print_report(FILE* out, OutputFormat format, const Report& report) {
         case OutputFormat::Json: print_json(out, report); break;
         case OutputFormat::Jsonl: print_jsonl(out, report); break;
         case OutputFormat::Sql: print_sql(out, report); break;
+        case OutputFormat::None: break;
     }
     std::fflush(out);
 }
