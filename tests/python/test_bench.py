@@ -503,15 +503,16 @@ def test_integer_ranges_expand_as_llama_bench(tool, models):
                                          + ["pp2 @ d1", "pp4 @ d1", "pp8 @ d1", "pp16 @ d1", "pp5 @ d1", "tg1 @ d1", "tg3 @ d1", "tg5 @ d1"])
 
 
-def test_placed_threads_run_where_the_mask_says(tool, models):
-    # Read from the OS while the test runs: some thread of the process is held on exactly the
-    # masked CPU (the compute workers for the whole test; the main thread only inside each step).
+def last_cpu_or_skip():
     if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2 or not os.path.isdir("/proc/self/task"):
         pytest.skip("needs Linux and two CPUs")
-    cpu = max(os.sched_getaffinity(0))
-    proc = subprocess.Popen([tool("kiln-bench"), "-m", models["llama"], "-p", "0", "-n", "256", "-r", "40", "-t", "2",
-                             "-C", f"{1 << cpu:#x}", "--cpu-strict", "1", "-o", "json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return max(os.sched_getaffinity(0))
+
+
+def cpu_lists_while_running(tool, args, cpu):
+    # Runs kiln-bench with args and reads its threads' CPU lists from /proc until one of them is held
+    # on exactly this CPU or the process ends; returns the lists seen.
+    proc = subprocess.Popen([tool("kiln-bench"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = set()
     try:
         while proc.poll() is None and str(cpu) not in seen:
@@ -524,6 +525,15 @@ def test_placed_threads_run_where_the_mask_says(tool, models):
     finally:
         proc.kill()
         proc.communicate()
+    return seen
+
+
+def test_placed_threads_run_where_the_mask_says(tool, models):
+    # Read from the OS while the test runs: some thread of the process is held on exactly the
+    # masked CPU (the compute workers for the whole test; the main thread only inside each step).
+    cpu = last_cpu_or_skip()
+    seen = cpu_lists_while_running(tool, ["-m", models["llama"], "-p", "0", "-n", "256", "-r", "40", "-t", "2",
+                                    "-C", f"{1 << cpu:#x}", "--cpu-strict", "1", "-o", "json"], cpu)
     assert str(cpu) in seen, seen
 
 
@@ -531,24 +541,10 @@ def test_probes_run_on_the_tests_cpus(tool, tmp_path):
     # --bandwidth and --peak run on the CPUs of each placement the tests use, read from the OS while
     # they run. The model is missing, so no context ever places a thread: any thread of the process
     # held on exactly the masked CPU is a probe's.
-    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2 or not os.path.isdir("/proc/self/task"):
-        pytest.skip("needs Linux and two CPUs")
-    cpu = max(os.sched_getaffinity(0))
-    proc = subprocess.Popen([tool("kiln-bench"), "-m", str(tmp_path / "missing.gguf"), "-p", "0", "-n", "1", "-t", "2",
-                             "-C", f"{1 << cpu:#x}", "--cpu-strict", "1", "--bandwidth", "--bandwidth-mib", "512", "--peak",
-                             "--peak-seconds", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = set()
-    try:
-        while proc.poll() is None and str(cpu) not in seen:
-            for status in glob.glob(f"/proc/{proc.pid}/task/*/status"):
-                try:
-                    with open(status) as f:
-                        seen |= {ln.split(":", 1)[1].strip() for ln in f if ln.startswith("Cpus_allowed_list:")}
-                except OSError:
-                    pass
-    finally:
-        proc.kill()
-        proc.communicate()
+    cpu = last_cpu_or_skip()
+    seen = cpu_lists_while_running(tool, ["-m", str(tmp_path / "missing.gguf"), "-p", "0", "-n", "1", "-t", "2",
+                                    "-C", f"{1 << cpu:#x}", "--cpu-strict", "1", "--bandwidth", "--bandwidth-mib", "512",
+                                    "--peak", "--peak-seconds", "1"], cpu)
     assert str(cpu) in seen, seen
 
 
