@@ -262,8 +262,19 @@ def test_rows_join_as_compare_llama_bench_reads_them(tool, models):
                         "tensor_buft_overrides, use_mmap, embeddings, no_op_offload FROM llama_bench LIMIT 1").fetchall()
     # What this CPU engine does: nothing offloaded or split, attention always flash-style, the file mapped.
     assert row == ("", 0, "none", 0, 0, 1, "0.00", "none", 1, 0, 0), row
-    (mmp,) = json.loads(bench(tool, "-m", models["llama"], "-p", "4", "-n", "0", "-mmp", "0", "-o", "json").stdout)
-    assert mmp["use_mmap"] is False
+
+
+def test_mmap_list_loads_the_model_for_each_value(tool, models):
+    # llama-bench's -mmp takes a list: every test runs with the model mapped and read, the model
+    # loaded once per value (outermost), the same logits-free timings otherwise.
+    res = bench(tool, "-m", models["llama"], "-p", "4", "-n", "2", "-mmp", "0,1", "-o", "json")
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert [(r["use_mmap"], r["test"]) for r in rows] == [(False, "pp4"), (False, "tg2"), (True, "pp4"), (True, "tg2")]
+    assert res.stderr.count("(read, not mapped)") == 1 and res.stderr.count("M params") == 2, res.stderr
+    md = bench(tool, "-m", models["llama"], "-p", "4", "-n", "0", "-mmp", "0").stdout
+    header = [c.strip() for c in md.splitlines()[0].strip("|").split("|")]
+    assert "mmap" in header and md.splitlines()[2].split("|")[header.index("mmap") + 1].strip() == "0", md
 
 
 def cpuinfo_model_name():
@@ -610,6 +621,7 @@ def test_failed_model_is_reported_and_others_run(tool, models, tmp_path):
     (["-ot", "exps"], r"-ot: expected PATTERN=BUFFER_TYPE, got 'exps'"),
     (["-nopo", "2"], r"-nopo: 2 is out of range"),
     (["-ncmoe", "-1"], r"-ncmoe|out of range"),
+    (["-mmp", "2"], r"-mmp: 2 is out of range \[0, 1\]"),
     (["-oe", "xml"], r"-oe: unknown format 'xml'"),
     (["-fa", "2"], r"-fa: 2 is out of range"),
     (["-embd", "1"], r"-embd: 1 is out of range"),

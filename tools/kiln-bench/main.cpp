@@ -85,7 +85,6 @@ int run(int argc, char** argv) {
     kb::Runner runner(kb::RunnerOptions{.repetitions = opts.repetitions,
                                         .n_ctx = opts.n_ctx,
                                         .warmup = !opts.no_warmup,
-                                        .use_mmap = !opts.no_mmap,
                                         .repack = !opts.no_repack,
                                         .verbose = opts.verbose,
                                         .row_probe_mib = opts.bandwidth ? opts.bandwidth_mib : 0,

@@ -153,7 +153,6 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     // A scalar flag given twice takes its last value (scripts append overrides); list flags collect all.
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     std::string output = "md";
-    int32_t mmap = 1;
     int32_t n_gpu_layers = 0;
     std::vector<std::string> prompt_gen;  // "PP,TG" per -pg
     std::string output_err;
@@ -215,7 +214,7 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     kt::metavar(app.add_option("--numa", numa, "accepted for llama-bench compatibility; threads are not placed by NUMA node"), "MODE");
     kt::add_priority_option(app);
     app.add_flag("--progress", progress, "accepted for llama-bench compatibility: progress always goes to stderr");
-    kt::metavar(app.add_option("--mmap", mmap, "map the model file (-mmp 0: read it)"), "0|1");
+    add_list(app, "--mmap", o.use_mmap, "map the model file (-mmp 0: read it; -mmp 0,1: both, the model loaded for each)", "0|1");
     app.add_flag("--no-repack", o.no_repack, "keep the weights in the file's layout (no repacking for the CPU kernels)");
     kt::metavar(app.add_option("--n-gpu-layers", n_gpu_layers, "accepted for llama-bench compatibility (-ngl); no GPU backend"), "N");
     kt::metavar(app.add_option("--bandwidth-mib", o.bandwidth_mib, "buffer the bandwidth probe reads (keep it far above the caches)"), "MIB");
@@ -280,8 +279,7 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
         }
     }
     if (!(o.delay_s >= 0 && o.delay_s <= 3600)) throw kt::ToolError("--delay: " + std::to_string(o.delay_s) + " is out of range [0, 3600]");
-    if (mmap != 0 && mmap != 1) throw kt::ToolError("--mmap: expected 0 or 1, got " + std::to_string(mmap));
-    o.no_mmap = mmap == 0;
+    check_range(o.use_mmap, "-mmp", 0, 1);
 
     o.n_prompt = int_list("-p", n_prompt);
     o.n_gen = int_list("-n", n_gen);
@@ -351,6 +349,8 @@ std::vector<Test> settings_combinations(const Options& o) {
         }
         bases = std::move(next);
     };
+    // Outermost: each value loads the model again, once for all its tests.
+    times(o.use_mmap, [](Test& x, int32_t v) { x.use_mmap = v != 0; });
     times(o.n_threads, [](Test& x, int32_t v) { x.n_threads = v; });
     times(o.cpu_mask, [](Test& x, const std::string& v) { x.cpu_mask = v; });
     times(o.cpu_strict, [](Test& x, int32_t v) { x.cpu_strict = v != 0; });

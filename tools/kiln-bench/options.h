@@ -22,6 +22,7 @@ struct Options {
     std::vector<int32_t> n_threads;  // empty until parsed: the physical cores
     std::vector<std::string> cpu_mask{"0x0"};  // -C, as checked_cpu_mask writes them (0x0: the OS places the threads)
     std::vector<int32_t> cpu_strict{0};        // 1: each thread alone on one CPU of the mask
+    std::vector<int32_t> use_mmap{1};          // -mmp: 1 maps the model file, 0 reads it
     std::vector<int32_t> poll{50};             // 0..100: how long idle threads spin before they sleep
     std::vector<int32_t> n_batch{2048};
     std::vector<int32_t> n_ubatch{512};
@@ -44,7 +45,6 @@ struct Options {
     bool mem = false;                    // memory columns in the markdown table
     bool profile = false;                // time by op (RunnerOptions::profile)
     bool no_warmup = false;
-    bool no_mmap = false;
     bool no_repack = false;              // keep the file layout (no packed weights for the CPU kernels)
     bool verbose = false;
 };
@@ -59,6 +59,7 @@ struct Test {
     int32_t n_gen = 0;         // generated tokens (Generation, PromptGen; Parallel: per sequence)
     int32_t n_depth = 0;       // KV positions filled before the test (per sequence)
     int32_t n_parallel = 1;    // sequences decoded together
+    bool use_mmap = true;  // the model loaded by mapping its file (-mmp 1) or reading it
     int32_t n_threads = 0;
     std::string cpu_mask = "0x0";
     bool cpu_strict = false;

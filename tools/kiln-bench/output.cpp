@@ -99,7 +99,7 @@ std::vector<std::pair<const char*, Value>> fields(const Report& rep, const Resul
         {"flash_attn", Value::boolean(true)},
         {"tensor_split", Value::text("0.00")},
         {"tensor_buft_overrides", Value::text("none")},
-        {"use_mmap", Value::boolean(r.use_mmap)},
+        {"use_mmap", Value::boolean(r.test.use_mmap)},
         {"embeddings", Value::boolean(false)},
         {"no_op_offload", Value::integer(0)},
         {"precision", Value::text(r.test.precision)},
@@ -438,6 +438,8 @@ void print_markdown(FILE* out, const Report& rep) {
             cols.push_back({"type_v", false, [](const Report&, const Result& r) { return r.test.type_v; }});
         if (shown([](const Result& r) { return r.test.precision; }, std::string("auto")))
             cols.push_back({"precision", false, [](const Report&, const Result& r) { return r.test.precision; }});
+        if (shown([](const Result& r) { return r.test.use_mmap; }, true))
+            cols.push_back({"mmap", true, [](const Report&, const Result& r) { return std::string(r.test.use_mmap ? "1" : "0"); }});
     }
     cols.push_back({"test", true, [](const Report&, const Result& r) { return r.test.name(); }});
     cols.push_back({"t/s", true, [](const Report&, const Result& r) { return pm(r.avg_ts(), r.stddev_ts()); }});

@@ -269,7 +269,6 @@ Result run_test(const kiln_model* model, const ModelInfo& info, const Test& t, c
     kt::ContextPtr ctx = kt::new_context(model, cp);
     r.n_threads = kiln_n_threads(ctx.get());
     r.n_ctx = kiln_n_ctx(ctx.get());
-    r.use_mmap = opts.use_mmap;
     r.kv_bytes = kiln_kv_bytes(ctx.get());
     if (opts.verbose) std::fprintf(stderr, "kiln-bench:   context: %s\n", kt::describe_context(ctx.get(), ca).c_str());
 
@@ -356,20 +355,21 @@ Result run_test(const kiln_model* model, const ModelInfo& info, const Test& t, c
 
 void Runner::run_model(const std::string& path, const std::vector<Test>& tests, std::vector<Result>& results,
                        std::vector<std::string>& errors) {
+    // The model as the current test wants it loaded (-mmp): loaded again when that changes.
     kt::ModelPtr model;
-    try {
-        const kt::ModelArgs ma{.path = path, .n_gpu_layers = 0, .mlock = false, .no_mmap = !opts_.use_mmap,
-                                 .no_repack = !opts_.repack};
+    bool model_mmap = true;
+    ModelInfo info;
+    auto load = [&](bool use_mmap) {
+        model.reset();  // the old copy goes before the new one comes
+        const kt::ModelArgs ma{.path = path, .n_gpu_layers = 0, .mlock = false, .no_mmap = !use_mmap, .no_repack = !opts_.repack};
         model = kt::load_model(ma, !opts_.verbose);
-    } catch (const std::exception& e) {
-        errors.push_back(e.what());
-        std::fprintf(stderr, "kiln-bench: %s (skipping this model)\n", e.what());
-        return;
-    }
-    const ModelInfo info = describe(model.get(), path);
-    std::fprintf(stderr, "kiln-bench: %s: %s, %.2f MiB, %.2f M params, %.3f G matmul ops per token\n", info.filename.c_str(),
-                 info.type.c_str(), kt::mib(info.size), static_cast<double>(info.n_params) / 1e6, info.matmul_ops_per_token() / 1e9);
-    if (opts_.verbose) std::fprintf(stderr, "kiln-bench:   %s\n", kt::describe_model(model.get()).c_str());
+        model_mmap = use_mmap;
+        info = describe(model.get(), path);
+        std::fprintf(stderr, "kiln-bench: %s: %s, %.2f MiB, %.2f M params, %.3f G matmul ops per token%s\n", info.filename.c_str(),
+                     info.type.c_str(), kt::mib(info.size), static_cast<double>(info.n_params) / 1e6, info.matmul_ops_per_token() / 1e9,
+                     use_mmap ? "" : " (read, not mapped)");
+        if (opts_.verbose) std::fprintf(stderr, "kiln-bench:   %s\n", kt::describe_model(model.get()).c_str());
+    };
     bool warned_rss = false;
     // The probes' buffer is freed before each test resets the peak resident size; where it cannot be
     // reset, the lifetime peak would include it, so there are no row probes.
@@ -386,7 +386,22 @@ void Runner::run_model(const std::string& path, const std::vector<Test>& tests, 
             return 0.0;
         }
     };
+    bool load_failed = false;
     for (const Test& t : tests) {
+        if (!model || model_mmap != t.use_mmap) {
+            if (load_failed && model_mmap == t.use_mmap) continue;  // this loading already failed and was reported
+            try {
+                load(t.use_mmap);
+                load_failed = false;
+            } catch (const std::exception& e) {
+                model.reset();
+                model_mmap = t.use_mmap;
+                load_failed = true;
+                errors.push_back(e.what());
+                std::fprintf(stderr, "kiln-bench: %s (skipping the tests of this model with -mmp %d)\n", e.what(), t.use_mmap ? 1 : 0);
+                continue;
+            }
+        }
         if (opts_.delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(opts_.delay_s));
         std::fprintf(stderr, "kiln-bench: %s: %s, %d threads ...\n", info.filename.c_str(), t.name().c_str(), t.n_threads);
         try {

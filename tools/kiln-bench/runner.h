@@ -44,7 +44,6 @@ struct Result {
     Test test;
     int32_t n_threads = 0;      // what the context computes with
     uint32_t n_ctx = 0;         // KV cells of the context
-    bool use_mmap = true;       // the model file mapped (-mmp 1), not read
     std::string test_time;      // ISO 8601 UTC start of the test
     std::vector<double> samples_ns;  // one per repetition
     uint64_t kv_bytes = 0;      // the context's KV cache
@@ -85,7 +84,6 @@ struct RunnerOptions {
     int32_t repetitions = 5;
     int32_t n_ctx = 0;      // 0: each context just fits its test
     bool warmup = true;
-    bool use_mmap = true;
     bool repack = true;
     bool verbose = false;
     // > 0: generation and batched tests get their own bandwidth probes (Result::row_bandwidth_gibs)
