@@ -46,23 +46,22 @@ int run(int argc, char** argv) {
     // on those CPUs, so each row is judged against what its own CPUs do.
     std::set<kb::ProbePlacement> placements;
     for (const kb::Test& t : tests) placements.insert(t.placement());
-    // CPUs the process may not use: no probe there (the tests on them fail by name, the others run).
-    auto placeable = [](const kb::ProbePlacement& p, const char* probe) {
-        try {
-            kb::run_probe_threads(p, [](int) {});
-            return true;
-        } catch (const std::exception& e) {
-            std::fprintf(stderr, "kiln-bench: %s, %s: skipped (%s)\n", probe, p.describe().c_str(), e.what());
-            return false;
-        }
+    // A placement the process cannot have fails its probe before any work: no probe there (the
+    // tests on those CPUs fail by name, the others run).
+    auto skipped = [](const char* probe, const kb::ProbePlacement& p, const std::exception& e) {
+        std::fprintf(stderr, "kiln-bench: %s, %s: skipped (%s)\n", probe, p.describe().c_str(), e.what());
     };
     if (opts.bandwidth) {
         // Before any model is loaded, so the probe has the memory system to itself; the buffer is
         // freed before the first test, so it does not count in any test's peak resident size.
         for (const kb::ProbePlacement& p : placements) {
-            if (!placeable(p, "read bandwidth")) continue;
-            const kb::Bandwidth bw = kb::measure_bandwidth(
-                kb::BandwidthOptions{.bytes = static_cast<size_t>(opts.bandwidth_mib) << 20, .threads = p, .passes = 7});
+            kb::Bandwidth bw;
+            try {
+                bw = kb::measure_bandwidth(kb::BandwidthOptions{.bytes = static_cast<size_t>(opts.bandwidth_mib) << 20, .threads = p, .passes = 7});
+            } catch (const std::exception& e) {
+                skipped("read bandwidth", p, e);
+                continue;
+            }
             std::fprintf(stderr,
                          "kiln-bench: read bandwidth, %s (%s loads, %d MiB, %d patterns): best %.2f GiB/s (%s), median %.2f "
                          "GiB/s; plain loads best %.2f GiB/s\n",
@@ -74,9 +73,13 @@ int run(int argc, char** argv) {
     if (opts.peak) {
         // Also before any model: the probes want the cores to themselves.
         for (const kb::ProbePlacement& p : placements) {
-            if (!placeable(p, "compute peak")) continue;
-            const kb::ComputePeak peak =
-                kb::measure_compute_peak(kb::ComputePeakOptions{.threads = p, .seconds = opts.peak_seconds, .repetitions = 3});
+            kb::ComputePeak peak;
+            try {
+                peak = kb::measure_compute_peak(kb::ComputePeakOptions{.threads = p, .seconds = opts.peak_seconds, .repetitions = 3});
+            } catch (const std::exception& e) {
+                skipped("compute peak", p, e);
+                continue;
+            }
             std::fprintf(stderr, "kiln-bench: compute peak, %s: %s\n", p.describe().c_str(), kb::describe_compute_peak(peak).c_str());
             report.peak[p] = peak;
         }

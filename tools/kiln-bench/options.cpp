@@ -170,7 +170,7 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
     };
     std::vector<std::string> n_prompt = as_text(o.n_prompt), n_gen = as_text(o.n_gen), n_depth = as_text(o.n_depth),
                              n_threads, n_batch = as_text(o.n_batch), n_ubatch = as_text(o.n_ubatch), n_parallel;
-    add_list(app, "-m,--model", o.models, "GGUF model files", "FILE")->required();
+    add_list(app, "-m,--model", o.models, "GGUF model files (required, unless --list-devices)", "FILE");
     add_list(app, "-p,--n-prompt", n_prompt, "prompt sizes (0: no prompt test)", "N");
     add_list(app, "-n,--n-gen", n_gen, "generation lengths (0: no generation test)", "N");
     add_list(app, "-d,--n-depth", n_depth, "KV positions filled (untimed) before each test", "N");
@@ -228,13 +228,6 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
                  "token by op and the weight bytes matrix products read");
     app.add_flag("--no-warmup", o.no_warmup, "skip the warm-up run before each test");
     app.add_flag("-v,--verbose", o.verbose, "print model and context details and every repetition's time to stderr");
-    // --list-devices needs no model: -m is required only when the run measures something.
-    for (int i = 1; i < argc; ++i) {
-        if (std::string(argv[i]) == "--list-devices") {
-            app.get_option("--model")->required(false);
-            break;
-        }
-    }
     if (!kt::parse_command_line(app, kt::translate_aliases(argc, argv, kAliases), exit_code)) return false;
     if (list_devices) {
         // As llama-bench lists them (its CPU is not listed there: it is always used).
@@ -242,6 +235,7 @@ bool parse_options(int argc, char** argv, Options& o, int& exit_code) {
         exit_code = 0;
         return false;
     }
+    if (o.models.empty()) throw kt::ToolError("-m/--model: no model given (a GGUF file, or several separated by commas)");
 
     o.output = output_format("-o", lower(output));
     if (!output_err.empty() && lower(output_err) != "none") {
