@@ -5,7 +5,8 @@
 // memory as in generation, not from the last-level cache.
 // BM_PackedGemmDown streams generation's other shape from memory: K = 5632 (the FFN's down
 // product, 2048 rows), whose activation row (22 KiB of lines in the q8 tiles, 22 KiB of floats
-// in F16's) no longer stays in L1 beside a weight group.
+// in F16's) no longer stays in L1 beside a weight group; M:512 is that shape's prompt ubatch,
+// whose outputs a thread adds up over K in slabs.
 // BM_PackedGemmL2 runs generation's shapes on a 2048 x 256 matrix that stays in L2 (about
 // 300 KiB for the 4-bit types): the kernels' own arithmetic rate, with no cache level behind
 // it (the 2048 x 5632 one streams from L3, which on a Zen 4 core reads at about the rate the
@@ -136,6 +137,7 @@ void BM_PackedGemmDown(benchmark::State& state, Type t) { run_packed_gemm(state,
 void down_args(benchmark::internal::Benchmark* b) {
     b->ArgNames({"M", "precise", "dram"});
     b->Args({1, 1, 1});
+    b->Args({512, 0, 0});
 }
 BENCHMARK_CAPTURE(BM_PackedGemmDown, q4_0, Type::Q4_0)->Apply(down_args);
 BENCHMARK_CAPTURE(BM_PackedGemmDown, q8_0, Type::Q8_0)->Apply(down_args);

@@ -1263,17 +1263,26 @@ TEST(MulMatPacked, ConsecutiveProductsOfOneInputMatchProductsAlone) {
 
 // Products of fewer activation rows than threads (generation) have each row's blocks quantized by
 // all threads, in runs of whole super-blocks (K here: 3 super-blocks, or 19 blocks of 32, whose last
-// run is short). Every thread count must give one thread's result bit for bit, and that the reference's.
+// run is short). Float weights' prompts claim up to 16 of their 43 groups at a time
+// (PackedKernels::prompt_claim_groups; 5 with 2 threads, 3 with 3, the last claim short). Every
+// thread count must give one thread's result bit for bit, and that the reference's.
 TEST(MulMatPacked, FewRowsQuantizedByAllThreadsMatchOneThread) {
     std::mt19937 rng(15);
-    for (Type t : {Type::Q4_0, Type::Q8_0, Type::Q4_K, Type::Q6_K, Type::F16}) {
-        const int64_t K = t == Type::Q4_0 || t == Type::Q8_0 ? 32 * 19 : 3 * 256, N = 32;
+    struct Case {
+        Type t;
+        int64_t N;
+        std::initializer_list<int64_t> rows;
+    };
+    const Case cases[] = {{Type::Q4_0, 32, {1, 2}}, {Type::Q8_0, 32, {1, 2}}, {Type::Q4_K, 32, {1, 2}}, {Type::Q6_K, 32, {1, 2}},
+                          {Type::F16, 32, {1, 2}},  {Type::F16, 16 * 43, {24}}, {Type::BF16, 16 * 43, {24}}};
+    for (const auto& [t, N, rows] : cases) {
+        const int64_t K = t == Type::Q4_0 || t == Type::Q8_0 ? 32 * 19 : 3 * 256;
         const auto wv = randn(rng, K * N);
         const auto wq = quantize_rows(t, wv, K);
         const auto wd = dequantize_rows(t, wq, K);
         std::vector<uint8_t> packed(kiln::packed_size(t, K, N));
         kiln::pack_rows(t, wq.data(), kiln::row_size(t, K), packed.data(), K, N);
-        for (int64_t M : {1, 2}) {
+        for (int64_t M : rows) {
             const auto xv = randn(rng, K * M);
             for (MatmulPrecision prec : {MatmulPrecision::Fast, MatmulPrecision::Precise}) {
                 std::vector<float> first;
@@ -1288,7 +1297,7 @@ TEST(MulMatPacked, FewRowsQuantizedByAllThreadsMatchOneThread) {
                     const auto got = read(out);
                     if (nth == 1) {
                         // (packed F16's fast products take BF16 activations)
-                        const Tol tol = matmul_tol(t == Type::F16 ? Type::BF16 : kiln::cpu::kernels(t).vec_dot_type);
+                        const Tol tol = matmul_tol(t == Type::F16 || t == Type::BF16 ? Type::BF16 : kiln::cpu::kernels(t).vec_dot_type);
                         EXPECT_LE(matmul_error(got, wd, xv, K, N, M).value(), prec == MatmulPrecision::Fast ? tol.fast : tol.precise);
                         first = got;
                     } else {

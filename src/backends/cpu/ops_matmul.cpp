@@ -84,8 +84,13 @@ namespace {
 // Groups (of kPackRows weight rows) a thread claims at a time from its own region
 // (work_regions.h): about 8 claims per region, at most 4 groups (72 KiB of a 2048-wide Q4_0
 // matrix). The region is contiguous, so small claims keep the thread's weight stream whole.
-int64_t matmul_chunk_groups(int64_t n_groups, int nth) {
-    return std::clamp<int64_t>(n_groups / (8 * static_cast<int64_t>(nth)), 1, 4);
+// Kernels with PackedKernels::prompt_claim_groups claim more for their prompts: the AVX2 F16 /
+// BF16 prompt kernel reads every activation row (floats) again in each call, so 4-group claims
+// read the activations more than the weights (gemm_float_avx2.cpp).
+int64_t matmul_chunk_groups(int64_t n_groups, int nth, int64_t rows, int prompt_claim_groups) {
+    const int64_t most = prompt_claim_groups > 0 && rows > kActTile ? prompt_claim_groups : 4;
+    const int64_t claims = most > 4 ? 4 : 8;  // per region
+    return std::clamp<int64_t>(n_groups / (claims * nth), 1, most);
 }
 
 // The activation format node t would quantize its input into (packed weights only).
@@ -224,7 +229,7 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
     }
     // This thread's gemm scratch, the largest any product of the group takes.
     uint8_t* gemm_scratch = layout.per_thread ? ctx.scratch + layout.gemm + static_cast<size_t>(ctx.ith) * layout.per_thread : nullptr;
-    const int64_t chunk = matmul_chunk_groups(n_groups, ctx.nth);
+    const int64_t chunk = matmul_chunk_groups(n_groups, ctx.nth, M * plans[0].plan.pairs, plans[0].plan.k->prompt_claim_groups);
     if (ctx.work && ctx.ith == 0) ctx.work->reset(n_groups, ctx.nth);
     ctx.barrier();  // activations ready (and the work regions set) for every thread
     // Joint groups [g0, g1), cut where one product ends and the next begins.

@@ -124,6 +124,11 @@ struct PackedKernels {
     int tile_rows = kActTile;
     // Per-thread scratch the gemm needs for K-element rows (GemmTask::scratch); null: none.
     size_t (*gemm_scratch_bytes)(int64_t K) = nullptr;
+    // > 0: with more than kActTile activation rows (prompts, batched decoding) a thread claims up
+    // to this many weight groups at a time (a quarter of its region at most), for kernels that
+    // read all the activations again in each call (GemmTask); 0: the small claims that keep a
+    // generation's threads finishing together (ops_matmul.cpp, matmul_chunk_groups).
+    int prompt_claim_groups = 0;
 };
 // k with other batch kernels: a copy, which the callers keep in a static per type and CPU
 // choice (the same on every call).

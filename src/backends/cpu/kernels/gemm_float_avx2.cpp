@@ -254,10 +254,21 @@ void gemm(const GemmTask& t) {
 }
 
 // Precise mode runs the same kernels (products exact), not residual pairs.
-constexpr PackedKernels kF16Exact{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::F16>, .tile_bytes = f32_tile_bytes};
-constexpr PackedKernels kBF16Exact{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::BF16>, .tile_bytes = f32_tile_bytes};
-constexpr PackedKernels kF16{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::F16>, .tile_bytes = f32_tile_bytes, .precise = &kF16Exact};
-constexpr PackedKernels kBF16{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::BF16>, .tile_bytes = f32_tile_bytes, .precise = &kBF16Exact};
+// Prompts claim up to 16 weight groups at a time (PackedKernels::prompt_claim_groups): a call
+// streams all M activation rows once per row chunk, so with the default claims of 4 groups the
+// activations (floats, from L3) outweighed the weights; above ~16, a slab's outputs (rows x
+// groups x 64 bytes, added up once per slab) outgrow its activations and L2. Measured (Zen 3, 1b
+// F16, bench/ab_builds.c, both orders, against claims of 4): 512-token prompts 0.932 / 0.935 x the
+// time, 128-token ones 0.986 / 0.989 (claims of a quarter region, up to 88 groups: 0.95 and 1.05).
+constexpr int kPromptClaimGroups = 16;
+constexpr PackedKernels kF16Exact{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::F16>, .tile_bytes = f32_tile_bytes,
+                                  .prompt_claim_groups = kPromptClaimGroups};
+constexpr PackedKernels kBF16Exact{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::BF16>, .tile_bytes = f32_tile_bytes,
+                                   .prompt_claim_groups = kPromptClaimGroups};
+constexpr PackedKernels kF16{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::F16>, .tile_bytes = f32_tile_bytes, .precise = &kF16Exact,
+                             .prompt_claim_groups = kPromptClaimGroups};
+constexpr PackedKernels kBF16{.offset = 0, .quantize_act = act_f32, .gemm = gemm<Type::BF16>, .tile_bytes = f32_tile_bytes,
+                              .precise = &kBF16Exact, .prompt_claim_groups = kPromptClaimGroups};
 
 }  // namespace
 
