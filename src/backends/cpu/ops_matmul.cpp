@@ -88,9 +88,10 @@ namespace {
 // BF16 prompt kernel reads every activation row (floats) again in each call, so 4-group claims
 // read the activations more than the weights (gemm_float_avx2.cpp).
 int64_t matmul_chunk_groups(int64_t n_groups, int nth, int64_t rows, int prompt_claim_groups) {
-    const int64_t most = prompt_claim_groups > 0 && rows > kActTile ? prompt_claim_groups : 4;
-    const int64_t claims = most > 4 ? 4 : 8;  // per region
-    return std::clamp<int64_t>(n_groups / (claims * nth), 1, most);
+    if (prompt_claim_groups > 0 && rows > kActTile) {  // about 4 claims per region, at most prompt_claim_groups
+        return std::clamp<int64_t>(n_groups / (4 * static_cast<int64_t>(nth)), 1, prompt_claim_groups);
+    }
+    return std::clamp<int64_t>(n_groups / (8 * static_cast<int64_t>(nth)), 1, 4);
 }
 
 // The activation format node t would quantize its input into (packed weights only).
