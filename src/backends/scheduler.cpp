@@ -103,6 +103,15 @@ void Scheduler::allocate(Graph& g) {
     splits_.clear();
     shadows_.clear();
 
+    // 0. Readers of every node's result, for backends that fuse an op into its one reader's. Leaves
+    // (weights, shared by every context of a model) are not counted: they are never fused.
+    for (Tensor* n : g.nodes()) n->readers = 0;
+    for (Tensor* n : g.nodes()) {
+        for (Tensor* s : n->src) {
+            if (s && s->op != Op::None) ++s->readers;
+        }
+    }
+
     // 1. Assign every node to a backend.
     for (Tensor* n : g.nodes()) {
         int b;

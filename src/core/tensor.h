@@ -63,6 +63,10 @@ struct Tensor {
     size_t view_offset = 0;            // for Op::View: byte offset into src[0]
     int layer = -1;                    // model layer this node belongs to (-1: none); the scheduler splits by it
     bool is_output = false;            // result is read after compute: keep its memory
+    // Nodes of its graph that take it as a source (Scheduler::allocate counts them; 0: not
+    // counted). A backend may leave a result nobody else reads unwritten by fusing its op into
+    // its one reader's (the CPU backend's fused product activations, backends/cpu/fused_acts.h).
+    int32_t readers = 0;
     std::string name;
 
     int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #endif
 
+#include "backends/cpu/kernels/activations.h"
 #include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/ops.h"
@@ -145,7 +146,7 @@ size_t idle_prefetch_bytes() {
 
 CpuBackend::CpuBackend(CpuBackendOptions opts)
     : precision_(opts.matmul_precision), isa_(selected_isa()), pool_(opts.n_threads > 0 ? opts.n_threads : physical_cores(), std::move(opts.placement)), active_threads_(pool_.size()), work_(pool_.size()),
-      idle_prefetch_bytes_(idle_prefetch_bytes()) {}
+      idle_prefetch_bytes_(idle_prefetch_bytes()), fuse_(opts.fuse_ops) {}
 
 bool CpuBackend::supports_op(const Tensor& t) const {
     switch (t.op) {
@@ -194,15 +195,31 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
     // Products of the same activations that run as one op (op_mul_mat_group): group[i] nodes
     // from node i (0 inside a group, 1 for a node on its own).
     // products[i ..]: the plans of the group's products (kernels null for other nodes).
+    // fused[i]: the nodes before product (group) i that it computes its activations from
+    // (fused_acts.h); those nodes' group is 0 too: not run.
     std::vector<uint8_t> group(nodes.size(), 1);
     std::vector<PackedProductPlan> products(nodes.size() + kMaxMulMatGroup);
+    std::vector<FusedActs> fused(nodes.size());
+    const ActivationKernels& act = activation_kernels(isa_);
     for (size_t i = 0; i < nodes.size(); ++i) {
         if (nodes[i]->op != Op::MulMat) continue;
         const size_t g = mul_mat_group_size(nodes.subspan(i), precise(*nodes[i]), coarse, isa_, products.data() + i);
         group[i] = static_cast<uint8_t>(g);
         for (size_t j = 1; j < g; ++j) group[i + j] = 0;
+        if (products[i].kernels && fuse_) {
+            const FusedActs f = match_fused_acts(nodes, i, g, act);
+            const size_t first = i - static_cast<size_t>(f.n_nodes);
+            if (f.fused() && std::all_of(group.begin() + static_cast<std::ptrdiff_t>(first), group.begin() + static_cast<std::ptrdiff_t>(i),
+                                         [](uint8_t v) { return v == 1; })) {
+                fused[i] = f;
+                std::fill(group.begin() + static_cast<std::ptrdiff_t>(first), group.begin() + static_cast<std::ptrdiff_t>(i), uint8_t{0});
+            }
+        }
         // A group's products may take two activation formats, each in its own tile.
-        if (g > 1) need = std::max(need, mul_mat_group_scratch_bytes(nodes.subspan(i, g), std::span(products).subspan(i, g), nth, precise(*nodes[i])));
+        if (g > 1 || fused[i].fused()) {
+            need = std::max(need, mul_mat_group_scratch_bytes(nodes.subspan(i, g), std::span(products).subspan(i, g), nth, precise(*nodes[i]),
+                                                              fused[i].fused()));
+        }
         i += g - 1;
     }
     if (scratch_.size() < need) scratch_.resize(need);
@@ -213,7 +230,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         next_product[i] = product ? i : next_product[i + 1];
     }
     const bool profiling = profiling_;
-    if (profiling) profile_.begin_graph(nodes, group, nth);
+    if (profiling) profile_.begin_graph(nodes, group, fused, nth);
     pool_.run([&](int ith, int n_threads) {  // n_threads: nth, or fewer where OpenMP grants fewer
         RopeTable rope;
         PackedActs acts;
@@ -245,6 +262,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
             if (n->op != Op::MulMat || n->src[0]->layout != Layout::Packed16) acts.x = nullptr;
             ctx.precise = precise(*n);
             ctx.products = products[i].kernels ? products.data() + i : nullptr;
+            ctx.fused = fused[i].fused() ? &fused[i] : nullptr;
             plan_idle(i);
             const auto t0 = profiling ? OpProfile::Clock::now() : OpProfile::Clock::time_point{};
             if (group[i] > 1) {

@@ -20,6 +20,9 @@ struct CpuBackendOptions {
     int n_threads = 0;  // threads of the pool; 0: physical cores
     MatmulPrecision matmul_precision = MatmulPrecision::Auto;
     ThreadPlacement placement = {};  // CPUs the threads run on, and how long idle ones spin
+    // Products over packed weights compute their activations from the norm / residual add / gated
+    // activation nodes before them instead of running those (fused_acts.h); the same results.
+    bool fuse_ops = true;
 };
 
 class CpuBackend final : public Backend {
@@ -55,6 +58,7 @@ private:
     std::vector<uint8_t> scratch_;  // grows to the largest need seen
     WorkRegions work_;  // ComputeContext::work (after pool_: sized by it)
     size_t idle_prefetch_bytes_;  // per thread and product (idle_prefetch.h); 0: none
+    bool fuse_;  // CpuBackendOptions::fuse_ops
     bool profiling_ = false;
     OpProfile profile_;
 };

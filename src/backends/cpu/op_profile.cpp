@@ -18,7 +18,7 @@ std::string role_of(const std::string& name) {
 
 }  // namespace
 
-void OpProfile::begin_graph(std::span<Tensor* const> nodes, std::span<const uint8_t> group, int nth) {
+void OpProfile::begin_graph(std::span<Tensor* const> nodes, std::span<const uint8_t> group, std::span<const FusedActs> fused, int nth) {
     row_of_node_.assign(nodes.size(), 0);
     bytes_of_node_.assign(nodes.size(), 0);
     for (size_t i = 0; i < nodes.size(); ++i) {
@@ -30,6 +30,11 @@ void OpProfile::begin_graph(std::span<Tensor* const> nodes, std::span<const uint
         for (size_t j = 1; j < group[i]; ++j) {
             name += "+" + role_of(nodes[i + j]->name);
             bytes_of_node_[i] += nodes[i + j]->src[0]->nbytes();
+        }
+        if (i < fused.size() && fused[i].fused()) {
+            const auto n_fused = static_cast<size_t>(fused[i].n_nodes);
+            for (size_t j = i - n_fused; j < i; ++j) name += std::string(j == i - n_fused ? " (+" : ",") + std::string(op_name(nodes[j]->op));
+            name += ")";
         }
         auto [it, added] = row_of_name_.try_emplace(name, static_cast<int>(names_.size()));
         if (added) names_.push_back(std::move(name));

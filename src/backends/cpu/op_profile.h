@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/cpu/fused_acts.h"
 #include "core/tensor.h"
 
 namespace kiln::cpu {
@@ -34,8 +35,9 @@ public:
 
     // Before a graph runs (one thread): the row of each node, and the per-thread slots. group[i]:
     // nodes computed as one op from node i (products of the same input: one row, "q+k+v"), 0
-    // for the others of such a group.
-    void begin_graph(std::span<Tensor* const> nodes, std::span<const uint8_t> group, int nth);
+    // for the others of such a group and for nodes fused into a product; fused[i]: the nodes
+    // product i computes its activations from (named in its row: "mul_mat q+k+v (+rms_norm,mul)").
+    void begin_graph(std::span<Tensor* const> nodes, std::span<const uint8_t> group, std::span<const FusedActs> fused, int nth);
     // Thread ith ran node i from t0 to t1 and waited at the barrier until t2.
     void record(int ith, size_t i, Clock::time_point t0, Clock::time_point t1, Clock::time_point t2) {
         Slot& s = per_thread_[static_cast<size_t>(ith)][static_cast<size_t>(row_of_node_[i])];

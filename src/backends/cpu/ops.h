@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "backends/cpu/fused_acts.h"
 #include "backends/cpu/idle_prefetch.h"
 #include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/kernels.h"
@@ -74,6 +75,9 @@ struct ComputeContext {
     // MulMat over packed weights: the plans of the op's products (one per node of its group), as
     // mul_mat_group_size made them; null: the op looks them up itself
     const PackedProductPlan* products = nullptr;
+    // MulMat over packed weights: the nodes before it whose work it does in its activation
+    // quantizing (fused_acts.h); null: none, its activations are its input as it is
+    const FusedActs* fused = nullptr;
     // The kernels' instruction set (CpuBackend: its own, chosen when it was made)
     Isa isa = selected_isa();
 };
@@ -107,8 +111,10 @@ static_assert(IdlePrefetch::kMaxRanges >= kMaxMulMatGroup, "IdlePrefetch: one ra
 // already holds this plan.
 void plan_idle_prefetch(std::span<const Tensor* const> nodes, int ith, int nth, size_t bytes, IdlePrefetch& idle);
 size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coarse, Isa isa, PackedProductPlan* plans = nullptr);
-// Scratch of such a group (scratch_bytes for a product alone), from its products' plans.
-size_t mul_mat_group_scratch_bytes(std::span<Tensor* const> nodes, std::span<const PackedProductPlan> plans, int nth, bool precise);
+// Scratch of such a group (scratch_bytes for a product alone), from its products' plans; fused:
+// with room for its activation rows computed by FusedActs (a row of floats per thread).
+size_t mul_mat_group_scratch_bytes(std::span<Tensor* const> nodes, std::span<const PackedProductPlan> plans, int nth, bool precise,
+                                   bool fused = false);
 void op_mul_mat_group(std::span<const Tensor* const> nodes, ComputeContext& ctx);
 void op_add(const Tensor& t, ComputeContext& ctx);
 void op_mul(const Tensor& t, ComputeContext& ctx);

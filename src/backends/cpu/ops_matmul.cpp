@@ -8,6 +8,7 @@
 #include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/ops.h"
+#include "backends/cpu/rms_scale.h"
 #include "core/float_convert.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
@@ -110,13 +111,17 @@ PackedProductPlan plan_of(const Tensor& t, bool precise, bool coarse, Isa isa) {
 // first tile at the start itself (as before there were several: the start sits at 16 mod 64 here,
 // and the tiles 64-aligned made 1b Q4_0 generation 1.3% slower, not understood), later ones and
 // the gemm scratch from a cache line. bytes: what the layout may take at any base (scratch_bytes).
+// fused: then each thread's float row for FusedActs (K floats, from a cache line), and the rows'
+// chunk sums of squares (M x ceil(K / kNormChunk) doubles, shared).
 struct GroupScratch {
     std::array<size_t, kMaxActFormats> tile{};
     size_t gemm = 0;  // thread ith's at gemm + ith * per_thread
     size_t per_thread = 0, bytes = 0;
+    size_t fused = 0, fused_per_thread = 0;  // thread ith's row at fused + ith * fused_per_thread
+    size_t sums = 0;                         // row r's chunk sums at sums + r * chunks * sizeof(double)
 };
 GroupScratch group_scratch(std::span<const PackedProductPlan> plans, std::span<const size_t> first, int64_t K, int64_t M, bool precise, int nth,
-                           uintptr_t base) {
+                           uintptr_t base, bool fused) {
     auto line_up = [base](size_t off) { return static_cast<size_t>((base + off + 63) / 64 * 64 - base); };
     GroupScratch s;
     size_t end = 0;
@@ -129,7 +134,14 @@ GroupScratch group_scratch(std::span<const PackedProductPlan> plans, std::span<c
     for (const PackedProductPlan& p : plans) s.per_thread = std::max(s.per_thread, packed_gemm_scratch_bytes(*p.kernels, K, M, precise));
     if (s.per_thread) {
         s.gemm = line_up(end);
+        end = s.gemm + static_cast<size_t>(nth) * s.per_thread;
         s.bytes += 64 + static_cast<size_t>(nth) * s.per_thread;
+    }
+    if (fused) {
+        s.fused_per_thread = (static_cast<size_t>(K) * sizeof(float) + 63) / 64 * 64;
+        s.fused = line_up(end);
+        s.sums = s.fused + static_cast<size_t>(nth) * s.fused_per_thread;
+        s.bytes += 64 + static_cast<size_t>(nth) * s.fused_per_thread + static_cast<size_t>(M * ((K + kNormChunk - 1) / kNormChunk)) * sizeof(double);
     }
     return s;
 }
@@ -185,8 +197,10 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
     std::array<size_t, kMaxMulMatGroup> fmt{};
     std::array<size_t, kMaxActFormats> first{};
     const size_t n_formats = act_formats(ts.first(n_parts), std::span(plans).first(n_parts), fmt, first);
+    const FusedActs* fused = ctx.fused && ctx.fused->fused() ? ctx.fused : nullptr;
     const GroupScratch layout = group_scratch(std::span(plans).first(n_parts), std::span(first).first(n_formats), K, M, ctx.precise, ctx.nth,
-                                              reinterpret_cast<uintptr_t>(ctx.scratch));
+                                              reinterpret_cast<uintptr_t>(ctx.scratch), fused != nullptr);
+    auto* fused_row = fused ? reinterpret_cast<float*>(ctx.scratch + layout.fused + static_cast<size_t>(ctx.ith) * layout.fused_per_thread) : nullptr;
     std::array<Part, kMaxMulMatGroup> parts{};
     int64_t n_groups = 0;
     for (size_t i = 0; i < n_parts; ++i) {
@@ -203,11 +217,29 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
     // (bench_gemm QuantizeAct, precise) while the others waited. 1b Q4_0 tg32, AMX Xeon, 4
     // alternated runs with --profile: ffn_down's products 0.98-0.985 x the time, the token
     // 0.990-0.996.
+    // A fused norm's sums of squares first (fused_acts.h): each thread its rows, or with fewer rows
+    // than threads its share of every row's chunks, which (and the h they write) the others then
+    // read after a barrier.
+    const int64_t n_chunks = (K + kNormChunk - 1) / kNormChunk;
+    auto* sums = fused ? reinterpret_cast<double*>(ctx.scratch + layout.sums) : nullptr;
+    if (fused && fused->needs_sums()) {
+        const bool split = M < ctx.nth;
+        int64_t r0 = 0, r1 = M, ch0 = 0, ch1 = n_chunks;
+        if (split) {
+            split_rows(n_chunks, ctx.ith, ctx.nth, ch0, ch1);
+        } else {
+            split_rows(M, ctx.ith, ctx.nth, r0, r1);
+        }
+        for (int64_t r = r0; r < r1 && ch0 < ch1; ++r) {
+            fused->chunk_sums(r % x.ne[1], (r / x.ne[1]) % x.ne[2], r / (x.ne[1] * x.ne[2]), ch0, ch1, sums + r * n_chunks);
+        }
+        if (split) ctx.barrier();
+    }
     for (size_t f = 0; f < n_formats; ++f) {
         const PackedPlan& plan = plans[first[f]].plan;
         // The first format's tile starts the scratch: an earlier node may have left it there.
         const PackedActs acts = packed_acts_of(*ts[0], plan);
-        if (f == 0 && ctx.acts && *ctx.acts == acts) continue;
+        if (f == 0 && ctx.acts && *ctx.acts == acts && !fused) continue;
         uint8_t* const tiles = ctx.scratch + layout.tile[f];
         const bool split_blocks = M < ctx.nth && !plan.k->tile_bytes && plan.tile_rows == kActTile;
         int64_t r0 = 0, r1 = M, b0 = 0, b1 = K / 32;
@@ -223,8 +255,13 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
             const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
             const int64_t a = r * plan.pairs;  // activation row (and a + 1 for its residual)
             uint8_t* tile = tiles + static_cast<size_t>(a / plan.tile_rows) * plan.tile_bytes + static_cast<size_t>(b0) * kActBlockBytes;
-            plan.k->quantize_act(reinterpret_cast<const float*>(x.row(i1, i2, i3)) + 32 * b0, split_blocks ? 32 * (b1 - b0) : K,
-                                 plan.k->offset, tile, static_cast<int>(a % plan.tile_rows), plan.pairs == 2);
+            const int64_t n = split_blocks ? 32 * (b1 - b0) : K;
+            const float* src = reinterpret_cast<const float*>(x.row(i1, i2, i3)) + 32 * b0;
+            if (fused) {  // x is not there: computed from the fused nodes' inputs
+                fused->values(i1, i2, i3, 32 * b0, 32 * b0 + n, sums + r * n_chunks, fused_row);
+                src = fused_row;
+            }
+            plan.k->quantize_act(src, n, plan.k->offset, tile, static_cast<int>(a % plan.tile_rows), plan.pairs == 2);
         }
         if (f == 0 && ctx.acts) *ctx.acts = acts;
     }
@@ -284,7 +321,7 @@ size_t mul_mat_group_size(std::span<Tensor* const> nodes, bool precise, bool coa
     return n;
 }
 
-size_t mul_mat_group_scratch_bytes(std::span<Tensor* const> nodes, std::span<const PackedProductPlan> plans, int nth, bool precise) {
+size_t mul_mat_group_scratch_bytes(std::span<Tensor* const> nodes, std::span<const PackedProductPlan> plans, int nth, bool precise, bool fused) {
     const size_t n = std::min({nodes.size(), plans.size(), kMaxMulMatGroup});
     std::array<const Tensor*, kMaxMulMatGroup> ts{};
     std::copy_n(nodes.begin(), n, ts.begin());
@@ -292,7 +329,7 @@ size_t mul_mat_group_scratch_bytes(std::span<Tensor* const> nodes, std::span<con
     std::array<size_t, kMaxActFormats> first{};
     const size_t n_formats = act_formats(std::span(ts).first(n), plans.first(n), fmt, first);
     const Tensor& x = *nodes[0]->src[1];
-    return group_scratch(plans.first(n), std::span(first).first(n_formats), x.ne[0], x.nrows(), precise, nth, 0).bytes;
+    return group_scratch(plans.first(n), std::span(first).first(n_formats), x.ne[0], x.nrows(), precise, nth, 0, fused).bytes;
 }
 
 void plan_idle_prefetch(std::span<const Tensor* const> nodes, int ith, int nth, size_t bytes, IdlePrefetch& idle) {

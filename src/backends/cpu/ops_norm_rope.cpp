@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backends/cpu/ops.h"
+#include "backends/cpu/rms_scale.h"
 
 namespace kiln::cpu {
 namespace {
@@ -19,24 +20,6 @@ void for_rows(const Tensor& t, ComputeContext& ctx, F f) {
     }
 }
 
-// Sum of x[j]^2 in double (rows of thousands of squares), in kLanes interleaved partial sums
-// added at the end: the compiler turns the lanes into vector registers. One running sum was a
-// chain of dependent double adds, 4 cycles each: ~1.4 us per 2048-wide row, 1.4% of a 512-token
-// prompt (kiln-bench --profile, Zen 5). The order of the additions is fixed, so every build and
-// instruction set gives the same sum.
-double sum_squares(const float* x, int64_t n) {
-    constexpr int kLanes = 16;
-    double lane[kLanes] = {};
-    int64_t j = 0;
-    for (; j + kLanes <= n; j += kLanes) {
-        for (int k = 0; k < kLanes; ++k) lane[k] += static_cast<double>(x[j + k]) * x[j + k];
-    }
-    for (int k = 0; j < n; ++j, ++k) lane[k] += static_cast<double>(x[j]) * x[j];
-    double sum = 0;
-    for (double v : lane) sum += v;
-    return sum;
-}
-
 }  // namespace
 
 void op_rms_norm(const Tensor& t, ComputeContext& ctx) {
@@ -46,7 +29,7 @@ void op_rms_norm(const Tensor& t, ComputeContext& ctx) {
     for_rows(t, ctx, [&](int64_t i1, int64_t i2, int64_t i3) {
         const auto* x = reinterpret_cast<const float*>(a.row(i1, i2, i3));
         auto* y = reinterpret_cast<float*>(t.row(i1, i2, i3));
-        const float s = static_cast<float>(1.0 / std::sqrt(sum_squares(x, n) / static_cast<double>(n) + eps));
+        const float s = rms_scale([x](int64_t j) { return x[j]; }, n, eps);
         for (int64_t j = 0; j < n; ++j) y[j] = x[j] * s;
     });
 }
