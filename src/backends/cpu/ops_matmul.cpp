@@ -235,6 +235,9 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
         }
         if (split) ctx.barrier();
     }
+    // fused_row holds row `held_row`'s columns [held_c0, held_c1) (a second format over the same
+    // columns of one row quantizes them again; Q4_K_M's q+k+v and Q4_K / Q6_K groups).
+    int64_t held_row = -1, held_c0 = 0, held_c1 = 0;
     for (size_t f = 0; f < n_formats; ++f) {
         const PackedPlan& plan = plans[first[f]].plan;
         // The first format's tile starts the scratch: an earlier node may have left it there.
@@ -258,7 +261,10 @@ void mul_mat_packed(std::span<const Tensor* const> ts, ComputeContext& ctx) {
             const int64_t n = split_blocks ? 32 * (b1 - b0) : K;
             const float* src = reinterpret_cast<const float*>(x.row(i1, i2, i3)) + 32 * b0;
             if (fused) {  // x is not there: computed from the fused nodes' inputs
-                fused->values(i1, i2, i3, 32 * b0, 32 * b0 + n, sums + r * n_chunks, fused_row);
+                if (r != held_row || 32 * b0 != held_c0 || 32 * b0 + n != held_c1) {
+                    fused->values(i1, i2, i3, 32 * b0, 32 * b0 + n, sums + r * n_chunks, fused_row);
+                    held_row = r, held_c0 = 32 * b0, held_c1 = 32 * b0 + n;
+                }
                 src = fused_row;
             }
             plan.k->quantize_act(src, n, plan.k->offset, tile, static_cast<int>(a % plan.tile_rows), plan.pairs == 2);
