@@ -4,7 +4,7 @@
 // into its own activation quantizing (ops_matmul.cpp), and the nodes are not run.
 //
 // Why: in generation each of those nodes is one row, a microsecond of work, and a barrier of all
-// threads after it; a llama layer had 17 barriers, 7 of them after such nodes. 1b Q4_0 tg32,
+// threads after it; a llama layer had 21 barriers, 7 of them after such nodes. 1b Q4_0 tg32,
 // AMX Xeon (kiln-bench --profile): the norms, their weight multiplies, the residual adds and
 // swiglu took ~150 us a token and ~110 us of waits at their barriers; a build that skipped them
 // (wrong numbers, the upper bound) was 1.2-1.7% faster (bench/ab_builds, both orders). Fused,
