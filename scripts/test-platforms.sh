@@ -54,13 +54,13 @@ done
 # ---- KILN_OPENMP=ON, portable: every x86 kernel set ------------------------
 # One extra native build serves two checks: KILN_OPENMP=ON builds and passes
 # (the release build above is OFF), and a portable build (no -march=native)
-# picks each kernel set at run time: the kernel, op and GEMM tests run once
+# picks each kernel set at run time: the kernel, op, GEMM and fusion tests run once
 # per set this CPU has, forced with KILN_CPU. The engine's checks against the
 # numpy reference (synthetic models) run once per set on the release build.
 if [[ " $PLATFORMS " == *" isa "* ]]; then
   t0=$SECONDS
   echo "== portable build with KILN_OPENMP=ON"
-  targets=(); for t in test_thread_pool test_thread_placement test_scheduler test_cpu_kernels test_cpu_ops test_cpu_gemm; do
+  targets=(); for t in test_thread_pool test_thread_placement test_scheduler test_cpu_kernels test_cpu_ops test_cpu_gemm test_cpu_fusion; do
     [ -f "tests/$t.cpp" ] && targets+=("$t"); done
   B=build/portable-openmp
   if cmake --preset portable -B "$B" -DKILN_OPENMP=ON -DKILN_BUILD_TOOLS=OFF -DKILN_BUILD_BENCH=OFF \
@@ -75,7 +75,7 @@ if [[ " $PLATFORMS " == *" isa "* ]]; then
     have_flags avx2 fma f16c && isas+=(avx2)
     have_flags avx512f avx512bw avx512vl avx512dq && isas+=(avx512)
     for isa in "${isas[@]}"; do
-      for t in test_cpu_kernels test_cpu_ops test_cpu_gemm; do
+      for t in test_cpu_kernels test_cpu_ops test_cpu_gemm test_cpu_fusion; do
         [ -x "$B/tests/$t" ] || continue
         KILN_CPU=$isa run_gtest "KILN_CPU=$isa KILN_OPENMP=ON $t" "isa-$isa-$t" "$B/tests/$t"
       done
