@@ -105,7 +105,7 @@ inline __m512 load16(const uint8_t* row, int64_t d, __mmask16 m) {
 // step took issue slots from the 16 FMAs: the tile of generation at 4096 keys, alternated
 // builds, 415-466 -> 366-395 us for one layer on one thread (bench_kernels
 // attn_tg1_kv4096/f16/k_panels/avx512/t1), while the element is loaded once per column vector,
-// which the load ports absorb. CPUs with full-width units (Zen 5 measured, see docs/engine.md)
+// which the load ports absorb. CPUs with full-width units (Zen 5 measured, see docs/speed.md)
 // issue FMAs twice as fast and load about 2 vectors per cycle, so there the tile's 8 broadcasts
 // beat 16 embedded ones: kEmbed is Zen 4's variant only.
 template <bool kEmbed>
