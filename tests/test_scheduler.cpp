@@ -717,6 +717,87 @@ TEST(SchedulerSplit, LastBackendMustBeHost) {
     EXPECT_THROW(Scheduler({}, nullptr), std::invalid_argument);
 }
 
+// ---- backend plans ------------------------------------------------------------------------------
+
+// The CPU backend with its plans counted (Backend::make_plan / compute_planned).
+class PlanSpy final : public Backend {
+public:
+    explicit PlanSpy(int n_threads) : inner(CpuBackendOptions{.n_threads = n_threads, .matmul_precision = MatmulPrecision::Fast}) {}
+    std::string_view name() const override { return inner.name(); }
+    bool is_host() const override { return true; }
+    bool supports_op(const Tensor& node) const override { return inner.supports_op(node); }
+    std::unique_ptr<Buffer> alloc_buffer(size_t bytes) override { return inner.alloc_buffer(bytes); }
+    void compute(std::span<Tensor* const> nodes) override {
+        ++unplanned;
+        inner.compute(nodes);
+    }
+    std::unique_ptr<kiln::BackendPlan> make_plan(std::span<Tensor* const> nodes) override {
+        ++made;
+        return inner.make_plan(nodes);
+    }
+    void compute_planned(std::span<Tensor* const> nodes, const kiln::BackendPlan* plan) override {
+        given.push_back(plan);
+        inner.compute_planned(nodes, plan);
+    }
+    DeviceMemory memory() const override { return inner.memory(); }
+
+    CpuBackend inner;
+    size_t made = 0, unplanned = 0;
+    std::vector<const kiln::BackendPlan*> given;
+};
+
+TEST(SchedulerPlans, OnePlanPerAllocationKeptWhileTheGraphRunsAgain) {
+    TinyModel m;
+    const auto want = single_backend_logits(m, kThreadsSplit);
+    PlanSpy cpu(kThreadsSplit);
+    Scheduler sched({&cpu}, nullptr);
+    Graph g;
+    auto b = m.build(g);
+    sched.allocate(g);
+    for (int run = 1; run <= 3; ++run) {
+        std::memcpy(b.input->data, m.x.data(), m.x.size() * sizeof(float));
+        sched.compute(g);
+        EXPECT_TRUE(same_bits(read_f32(b.out), want)) << "run " << run;
+    }
+    EXPECT_EQ(cpu.made, 1u);
+    EXPECT_EQ(cpu.unplanned, 0u);
+    ASSERT_EQ(cpu.given.size(), 3u);
+    EXPECT_NE(cpu.given[0], nullptr);
+    EXPECT_EQ(cpu.given[1], cpu.given[0]);
+    EXPECT_EQ(cpu.given[2], cpu.given[0]);
+    // A new allocation (a new plan id) makes a new plan.
+    sched.allocate(g);
+    std::memcpy(b.input->data, m.x.data(), m.x.size() * sizeof(float));
+    sched.compute(g);
+    EXPECT_TRUE(same_bits(read_f32(b.out), want));
+    EXPECT_EQ(cpu.made, 2u);
+}
+
+// A plan handed back with other nodes, or for fewer threads than now run, is not used: the
+// backend plans those nodes again (with the first plan's scratch for one thread, two threads
+// would write past it: ASan in the debug preset).
+TEST(SchedulerPlans, APlanForOtherNodesOrThreadsIsNotUsed) {
+    TinyModel big(6), small(3);
+    const auto want_big = single_backend_logits(big, 2);
+    const auto want_small = single_backend_logits(small, 2);
+    CpuBackend cpu(CpuBackendOptions{.n_threads = 2, .matmul_precision = MatmulPrecision::Fast});
+    Scheduler sched_big({&cpu}, nullptr), sched_small({&cpu}, nullptr);
+    Graph gb, gs;
+    auto bb = big.build(gb);
+    auto bs = small.build(gs);
+    sched_big.allocate(gb);
+    sched_small.allocate(gs);
+    cpu.set_active_threads(1);
+    const std::unique_ptr<kiln::BackendPlan> plan_small = cpu.make_plan(gs.nodes());
+    cpu.set_active_threads(2);
+    std::memcpy(bb.input->data, big.x.data(), big.x.size() * sizeof(float));
+    cpu.compute_planned(gb.nodes(), plan_small.get());
+    EXPECT_TRUE(same_bits(read_f32(bb.out), want_big));
+    std::memcpy(bs.input->data, small.x.data(), small.x.size() * sizeof(float));
+    cpu.compute_planned(gs.nodes(), plan_small.get());
+    EXPECT_TRUE(same_bits(read_f32(bs.out), want_small));
+}
+
 // ---- graph builders reject bad shapes ---------------------------------------------------------
 
 // Runs f, expecting std::invalid_argument whose message names op.

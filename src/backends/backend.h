@@ -51,6 +51,14 @@ public:
     virtual void read(size_t offset, void* dst, size_t bytes) const = 0;
 };
 
+// What a backend derives from a node list before it can run it (which nodes run as one op, how
+// much scratch they take, ...): made once by make_plan and handed back to compute_planned each
+// time the same nodes run again, so that generation does not work it out anew for every token.
+class BackendPlan {
+public:
+    virtual ~BackendPlan() = default;
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -62,6 +70,17 @@ public:
     virtual std::unique_ptr<Buffer> alloc_buffer(size_t bytes) = 0;
     // Runs the nodes in order; every tensor they touch is in memory this backend addresses.
     virtual void compute(std::span<Tensor* const> nodes) = 0;
+    // The plan of a node list whose tensors (ops, shapes, sources, memory) stay as they are while
+    // the caller keeps it; null where the backend keeps none (the default).
+    virtual std::unique_ptr<BackendPlan> make_plan(std::span<Tensor* const> nodes) {
+        (void)nodes;
+        return nullptr;
+    }
+    // compute(nodes) with the plan make_plan returned for these nodes (null: none).
+    virtual void compute_planned(std::span<Tensor* const> nodes, const BackendPlan* plan) {
+        (void)plan;
+        compute(nodes);
+    }
     virtual DeviceMemory memory() const = 0;
 };
 

@@ -142,7 +142,7 @@ void Scheduler::allocate(Graph& g) {
     for (Tensor* n : g.nodes()) {
         const int b = node_backend_[n];
         if (splits_.empty() || splits_.back().backend != b) {
-            splits_.push_back(Split{b, {}, {}, {}});
+            splits_.push_back(Split{b, {}, {}, {}, nullptr, false});
             if (shadow_of.size()) shadow_of.clear_for(0);
         }
         Split& sp = splits_.back();
@@ -289,7 +289,11 @@ void Scheduler::compute(Graph& g) {
                 }
                 if (begin < nodes.size()) be.compute(nodes.subspan(begin));
             } else {
-                be.compute(sp.nodes);
+                if (!sp.planned) {
+                    sp.plan = be.make_plan(sp.nodes);
+                    sp.planned = true;
+                }
+                be.compute_planned(sp.nodes, sp.plan.get());
             }
         } catch (...) {
             for (auto& [slot, shadow] : sp.src_rewrites) std::swap(*slot, shadow);

@@ -67,6 +67,10 @@ private:
         std::vector<Tensor*> nodes;
         std::vector<Copy> copies;                                  // done before the split runs
         std::vector<std::pair<Tensor**, Tensor*>> src_rewrites;    // (slot, shadow) swapped in while it runs
+        // The backend's plan of `nodes`, made at the first compute() (with the rewrites swapped in,
+        // as every run sees them) and kept until the next allocate() replaces the splits.
+        std::unique_ptr<BackendPlan> plan;
+        bool planned = false;
     };
 
     int home_backend(const Tensor* t) const;  // where t's data lives

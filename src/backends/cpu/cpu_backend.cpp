@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -183,27 +184,50 @@ void CpuBackend::set_profiling(bool on) {
 
 std::unique_ptr<Buffer> CpuBackend::alloc_buffer(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
-void CpuBackend::compute(std::span<Tensor* const> nodes) {
-    const int nth = active_threads_;
-    size_t need = 0;
-    for (const Tensor* n : nodes) {
-        if (n->op == Op::View || n->op == Op::None) continue;
-        if (!op_fn(n->op)) throw std::runtime_error("CPU backend: op " + std::string(op_name(n->op)) + " of '" + n->name + "' is not supported");
-        need = std::max(need, scratch_bytes(*n, nth, precise(*n), isa_));
-    }
-    const bool coarse = precision_ == MatmulPrecision::Fast;  // the same for every node
+// What compute() works out from a node list before running it (CpuBackend::make_plan).
+struct CpuBackend::Plan final : BackendPlan {
+    const Tensor* const* nodes = nullptr;  // the list it was made for
+    size_t n_nodes = 0;
+    int nth = 0;         // threads it was made for (scratch sizes depend on them)
+    size_t scratch = 0;  // bytes of scratch the nodes need
     // Products of the same activations that run as one op (op_mul_mat_group): group[i] nodes
     // from node i (0 inside a group, 1 for a node on its own).
+    std::vector<uint8_t> group;
     // products[i ..]: the plans of the group's products (kernels null for other nodes).
+    std::vector<PackedProductPlan> products;
     // fused[i]: the nodes before product (group) i that it computes its activations from
     // (fused_acts.h); those nodes' group is 0 too: not run.
-    std::vector<uint8_t> group(nodes.size(), 1);
-    std::vector<PackedProductPlan> products(nodes.size() + kMaxMulMatGroup);
-    std::vector<FusedActs> fused(nodes.size());
+    std::vector<FusedActs> fused;
+    // next_product[i]: the first packed product (a group's first node) at i or after; n_nodes: none.
+    std::vector<size_t> next_product;
+    std::vector<uint8_t> precise;  // ComputeContext::precise of each node
+};
+
+CpuBackend::Plan CpuBackend::plan_nodes(std::span<Tensor* const> nodes, int nth) const {
+    Plan p;
+    p.nodes = nodes.data();
+    p.n_nodes = nodes.size();
+    p.nth = nth;
+    p.precise.resize(nodes.size());
+    size_t need = 0;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        const Tensor* n = nodes[i];
+        p.precise[i] = precise(*n);
+        if (n->op == Op::View || n->op == Op::None) continue;
+        if (!op_fn(n->op)) throw std::runtime_error("CPU backend: op " + std::string(op_name(n->op)) + " of '" + n->name + "' is not supported");
+        need = std::max(need, scratch_bytes(*n, nth, p.precise[i], isa_));
+    }
+    const bool coarse = precision_ == MatmulPrecision::Fast;  // the same for every node
+    std::vector<uint8_t>& group = p.group;
+    std::vector<PackedProductPlan>& products = p.products;
+    std::vector<FusedActs>& fused = p.fused;
+    group.assign(nodes.size(), 1);
+    products.resize(nodes.size() + kMaxMulMatGroup);
+    fused.resize(nodes.size());
     const ActivationKernels& act = activation_kernels(isa_);
     for (size_t i = 0; i < nodes.size(); ++i) {
         if (nodes[i]->op != Op::MulMat) continue;
-        const size_t g = mul_mat_group_size(nodes.subspan(i), precise(*nodes[i]), coarse, isa_, products.data() + i);
+        const size_t g = mul_mat_group_size(nodes.subspan(i), p.precise[i], coarse, isa_, products.data() + i);
         group[i] = static_cast<uint8_t>(g);
         for (size_t j = 1; j < g; ++j) group[i + j] = 0;
         if (products[i].kernels && fuse_) {
@@ -217,18 +241,40 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
         }
         // A group's products may take two activation formats, each in its own tile.
         if (g > 1 || fused[i].fused()) {
-            need = std::max(need, mul_mat_group_scratch_bytes(nodes.subspan(i, g), std::span(products).subspan(i, g), nth, precise(*nodes[i]),
+            need = std::max(need, mul_mat_group_scratch_bytes(nodes.subspan(i, g), std::span(products).subspan(i, g), nth, p.precise[i],
                                                               fused[i].fused()));
         }
         i += g - 1;
     }
-    if (scratch_.size() < need) scratch_.resize(need);
-    // next_product[i]: the first packed product (a group's first node) at i or after; n: none.
-    std::vector<size_t> next_product(nodes.size() + 1, nodes.size());
+    p.scratch = need;
+    p.next_product.assign(nodes.size() + 1, nodes.size());
     for (size_t i = nodes.size(); i-- > 0;) {
         const bool product = group[i] > 0 && nodes[i]->op == Op::MulMat && nodes[i]->src[0]->layout == Layout::Packed16;
-        next_product[i] = product ? i : next_product[i + 1];
+        p.next_product[i] = product ? i : p.next_product[i + 1];
     }
+    return p;
+}
+
+std::unique_ptr<BackendPlan> CpuBackend::make_plan(std::span<Tensor* const> nodes) {
+    return std::make_unique<Plan>(plan_nodes(nodes, active_threads_));
+}
+
+void CpuBackend::compute(std::span<Tensor* const> nodes) { compute_planned(nodes, nullptr); }
+
+// Planning a 1b llama's generation graph took ~64 us a token (AMX Xeon, 2 threads), which the
+// other thread spent waiting: the scheduler keeps the plan while it runs the same graph again.
+void CpuBackend::compute_planned(std::span<Tensor* const> nodes, const BackendPlan* given) {
+    const int nth = active_threads_;
+    const auto* kept = dynamic_cast<const Plan*>(given);
+    std::optional<Plan> made;
+    if (!kept || kept->nodes != nodes.data() || kept->n_nodes != nodes.size() || kept->nth != nth) kept = &made.emplace(plan_nodes(nodes, nth));
+    const Plan& plan = *kept;
+    const std::vector<uint8_t>& group = plan.group;
+    const std::vector<PackedProductPlan>& products = plan.products;
+    const std::vector<FusedActs>& fused = plan.fused;
+    const std::vector<size_t>& next_product = plan.next_product;
+    const bool coarse = precision_ == MatmulPrecision::Fast;  // the same for every node
+    if (scratch_.size() < plan.scratch) scratch_.resize(plan.scratch);
     const bool profiling = profiling_;
     if (profiling) profile_.begin_graph(nodes, group, fused, nth);
     pool_.run([&](int ith, int n_threads) {  // n_threads: nth, or fewer where OpenMP grants fewer
@@ -260,7 +306,7 @@ void CpuBackend::compute(std::span<Tensor* const> nodes) {
             const OpFn fn = op_fn(n->op);
             if (!fn || group[i] == 0) continue;  // views: nothing to compute; grouped: done with the first
             if (n->op != Op::MulMat || n->src[0]->layout != Layout::Packed16) acts.x = nullptr;
-            ctx.precise = precise(*n);
+            ctx.precise = plan.precise[i] != 0;
             ctx.products = products[i].kernels ? products.data() + i : nullptr;
             ctx.fused = fused[i].fused() ? &fused[i] : nullptr;
             plan_idle(i);

@@ -33,6 +33,8 @@ public:
     bool supports_op(const Tensor& node) const override;
     std::unique_ptr<Buffer> alloc_buffer(size_t bytes) override;
     void compute(std::span<Tensor* const> nodes) override;
+    std::unique_ptr<BackendPlan> make_plan(std::span<Tensor* const> nodes) override;
+    void compute_planned(std::span<Tensor* const> nodes, const BackendPlan* plan) override;
     DeviceMemory memory() const override;
 
     int n_threads() const { return pool_.size(); }
@@ -46,6 +48,9 @@ public:
     std::vector<OpTime> op_times() const { return profile_.rows(); }
 
 private:
+    struct Plan;  // what compute works out from the nodes (cpu_backend.cpp)
+    // The plan of nodes for nth threads; throws for an op this backend does not run.
+    Plan plan_nodes(std::span<Tensor* const> nodes, int nth) const;
     // ComputeContext::precise for a node (MulMat, Attention) under precision_
     bool precise(const Tensor& node) const;
     MatmulPrecision precision_;
