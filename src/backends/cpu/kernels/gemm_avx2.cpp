@@ -132,7 +132,7 @@ void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, int c0, float* y, in
     __m256 acc[R][2];
 #pragma GCC unroll 4
     for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = wg + b * kBlockBytes<kQ4>;

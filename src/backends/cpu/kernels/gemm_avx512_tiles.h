@@ -190,7 +190,7 @@ void tile(const uint8_t* wg, int64_t nb, const uint8_t* xt, float* y, int64_t y_
     // (prefetch_weights) both orders streamed alike; without them 6-10 against 21 GB/s
     // (bench_gemm q8_0/M:1/precise:1/dram:1), so the stream no longer rests on them alone.
     constexpr int kPair = !kQ4 && kPf && NC <= 2 ? 1 : 2;
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (see WeightsPrefetch)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (see WeightsPrefetch)
     // Generation on Intel: each add_blocks spreads its blocks' requests over its steps (see
     // there). Tried before that: the requests for two steps' blocks at once (~1.1 KiB) 0.95-0.98
     // (q4_0) and 0.984-0.989 (q8_0) x the time of one step's at its top, four steps' 1.085 / 1.01
@@ -308,7 +308,7 @@ void tile_wide(const uint8_t* wg, size_t wg_stride, int64_t nb, const uint8_t* x
         for (int j = 0; j < NC; ++j) acc[g][j] = _mm512_setzero_ps();
     }
     constexpr size_t kB = Layout<kQ4, Unpack>::kBlockBytes;
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (see WeightsPrefetch)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (see WeightsPrefetch)
     int64_t b = 0;
 #pragma GCC unroll 1
     for (; b + NB <= nb; b += NB) add_blocks_wide<kQ4, Unpack, NC, NB, kPf>(wp, wg + b * kB, wg_stride, xt + b * kActBlockBytes, j0, acc);

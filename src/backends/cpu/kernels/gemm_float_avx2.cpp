@@ -86,7 +86,7 @@ void tile(const uint8_t* w, int64_t nblk, const uint8_t* xt, int c0, float* y, i
             for (int h = 0; h < NH; ++h) acc[s][j][h][0] = acc[s][j][h][1] = _mm256_setzero_ps();
         }
     }
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t blk = 0; blk < nblk; ++blk) {
         const uint8_t* wb = w + blk * kWBlockBytes;

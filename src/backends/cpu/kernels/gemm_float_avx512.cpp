@@ -146,7 +146,7 @@ void fast_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const uint8_t* 
 #pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) acc[g][j] = _mm512_setzero_ps();
     }
-    const WeightsPrefetch wp = weights_prefetch();
+    const WeightsPrefetch wp = tile_prefetch();
 #pragma GCC unroll 1
     for (int64_t b = 0; b < nblk; ++b) {
         const uint8_t* wb = w + b * kWBlockBytes;
@@ -311,7 +311,7 @@ KILN_FP16 void half_tile(const uint8_t* w, size_t wg_stride, int64_t nblk, const
                          bool add) {
     constexpr int64_t kRunBlocks = kHalfRun / (kPackCols16 / 2);
     alignas(64) float sum[NG][NC][32] = {};  // float sums per lane (row, parity)
-    const WeightsPrefetch wp = weights_prefetch();
+    const WeightsPrefetch wp = tile_prefetch();
 #pragma GCC unroll 1
     for (int64_t b0 = 0; b0 < nblk; b0 += kRunBlocks) {
         __m512h acc[NG][NC];
@@ -440,7 +440,7 @@ void precise_tile(const uint8_t* w, int64_t nblk, const uint8_t* xt, float* y, i
 #pragma GCC unroll 8
         for (int j = 0; j < NC; ++j) a[s][j] = b[s][j] = _mm512_setzero_ps();
     }
-    const WeightsPrefetch wp = weights_prefetch();
+    const WeightsPrefetch wp = tile_prefetch();
 #pragma GCC unroll 1
     for (int64_t blk = 0; blk < nblk; ++blk) {
         const uint8_t* wb = w + blk * kWBlockBytes;

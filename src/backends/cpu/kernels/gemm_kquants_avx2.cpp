@@ -156,7 +156,7 @@ inline void prefetch_ahead(const WeightsPrefetch& wp, const uint8_t* blk) {
 
 void decode_q4_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
     for (int64_t sb = 0; sb < nsb; ++sb, dst += kDecodedBytes) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
         prefetch_ahead<sizeof(block_q4_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
@@ -180,7 +180,7 @@ void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, float*
 #pragma GCC unroll 4
     for (int k = 0; k < R; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
     [[maybe_unused]] Q4KScales scales;
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
@@ -260,7 +260,7 @@ inline void q6_K_scales(const block_q6_Kx16* blk, Q6KScales& dsc) {
 }
 
 void decode_q6_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
     for (int64_t sb = 0; sb < nsb; ++sb, dst += kDecodedBytes) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
         prefetch_ahead<sizeof(block_q6_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
@@ -359,7 +359,7 @@ void tile_q6_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, int c0, fl
     __m256 acc[NO][2];
 #pragma GCC unroll 2
     for (int o = 0; o < NO; ++o) acc[o][0] = acc[o][1] = _mm256_setzero_ps();
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));

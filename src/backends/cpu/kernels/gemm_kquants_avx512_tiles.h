@@ -273,7 +273,7 @@ void tile_q4_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, 
     __m512 acc[NO], accm[NO];
 #pragma GCC unroll 2
     for (int o = 0; o < NO; ++o) acc[o] = accm[o] = _mm512_setzero_ps();
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
@@ -412,7 +412,7 @@ void tile_q4_K_rows(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y,
 template <int NC, int P>
 void tile_q4_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     if constexpr (NC <= 2) {
-        const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+        const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
         if (wp.near_l1) tile_q4_K_gen_lines<NC, P>(wp, wg, nsb, xt, y, y_stride);
         else tile_q4_K_gen<NC, P>(wg, nsb, xt, y, y_stride);
     } else {
@@ -452,7 +452,7 @@ void tile_q6_K_gen(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, 
     __m512 acc[NO];
 #pragma GCC unroll 2
     for (int o = 0; o < NO; ++o) acc[o] = _mm512_setzero_ps();
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
 #pragma GCC unroll 1
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
@@ -600,7 +600,7 @@ void tile_q6_K_rows(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y,
 template <class U, int NC, int P>
 void tile_q6_K(const uint8_t* wg, int64_t nsb, const uint8_t* xt, float* y, int64_t y_stride) {
     if constexpr (NC <= 2) {
-        const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+        const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
         if (wp.near_l1) tile_q6_K_gen_lines<U, NC, P>(wp, wg, nsb, xt, y, y_stride);
         else tile_q6_K_gen<U, NC, P>(wg, nsb, xt, y, y_stride);
     } else {
@@ -616,7 +616,7 @@ constexpr size_t kDecodedBytes = detail::kKQuantDecodedBytes;
 
 [[maybe_unused]] void decode_q4_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
     auto* out = reinterpret_cast<__m512i*>(dst);
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
     for (int64_t sb = 0; sb < nsb; ++sb, out += kDecodedBytes / 64) {
         const auto* blk = reinterpret_cast<const block_q4_Kx16*>(wg) + sb;
         prefetch_ahead<sizeof(block_q4_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
@@ -634,7 +634,7 @@ constexpr size_t kDecodedBytes = detail::kKQuantDecodedBytes;
 
 void decode_q6_K(const uint8_t* wg, int64_t nsb, uint8_t* dst) {
     auto* out = reinterpret_cast<__m512i*>(dst);
-    const WeightsPrefetch wp = weights_prefetch();  // outside the loop (gemm.h)
+    const WeightsPrefetch wp = tile_prefetch();  // outside the loop (gemm.h)
     for (int64_t sb = 0; sb < nsb; ++sb, out += kDecodedBytes / 64) {
         const auto* blk = reinterpret_cast<const block_q6_Kx16*>(wg + sb * sizeof(block_q6_Kx16));
         prefetch_ahead<sizeof(block_q6_Kx16)>(wp, reinterpret_cast<const uint8_t*>(blk));  // the group streams from memory
