@@ -217,7 +217,7 @@ TEST(ThreadPool, PhysicalCoresIsPositive) {
 TEST(WorkRegions, EveryItemClaimedOnceAndSlowThreadsAreHelped) {
     for (int nth : {1, 2, 3, 8}) {
         for (int64_t n_items : {0, 1, 5, 64, 1000}) {
-            for (int64_t chunk : {1, 4}) {
+            for (int64_t chunk : {1, 4, 32}) {
                 ThreadPool pool(nth);
                 kiln::cpu::WorkRegions work(nth);
                 std::vector<std::atomic<int>> seen(static_cast<size_t>(n_items));
@@ -246,6 +246,30 @@ TEST(WorkRegions, EveryItemClaimedOnceAndSlowThreadsAreHelped) {
             }
         }
     }
+}
+
+// An owner claims at most half of what is left of its region (at least one item), so a thread
+// done with its own region early still finds items there while the owner works through its
+// claim; it takes them one at a time from the back.
+TEST(WorkRegions, OwnersLeaveHalfTheirRegionForTheOthers) {
+    kiln::cpu::WorkRegions work(2);
+    work.reset(64, 2);  // regions [0, 32) and [32, 64)
+    int64_t i0 = 0, i1 = 0;
+    std::vector<std::pair<int64_t, int64_t>> owner;
+    while (work.claim(0, 32, i0, i1) && i0 < 32) owner.emplace_back(i0, i1);
+    // Thread 0's region: 16, 8, 4, 2, 1, 1; then it steals from thread 1's back.
+    const std::vector<std::pair<int64_t, int64_t>> halves{{0, 16}, {16, 24}, {24, 28}, {28, 30}, {30, 31}, {31, 32}};
+    EXPECT_EQ(owner, halves);
+    EXPECT_EQ(i0, 63);
+    EXPECT_EQ(i1, 64);
+    // Thread 1 now: half of the 31 left (15), from the front.
+    ASSERT_TRUE(work.claim(1, 32, i0, i1));
+    EXPECT_EQ(i0, 32);
+    EXPECT_EQ(i1, 47);
+    // A claim smaller than half is taken whole.
+    ASSERT_TRUE(work.claim(1, 4, i0, i1));
+    EXPECT_EQ(i0, 47);
+    EXPECT_EQ(i1, 51);
 }
 
 }  // namespace

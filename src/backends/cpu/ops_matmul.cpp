@@ -83,16 +83,22 @@ size_t scratch_bytes(const Tensor& node, int nth, bool precise, Isa isa) {
 namespace {
 
 // Groups (of kPackRows weight rows) a thread claims at a time from its own region
-// (work_regions.h): about 8 claims per region, at most 4 groups (72 KiB of a 2048-wide Q4_0
-// matrix). The region is contiguous, so small claims keep the thread's weight stream whole.
-// Kernels with PackedKernels::prompt_claim_groups claim more for their prompts: the AVX2 F16 /
-// BF16 prompt kernel reads every activation row (floats) again in each call, so 4-group claims
-// read the activations more than the weights (gemm_float_avx2.cpp).
+// (work_regions.h). Prompts: about 8 claims per region, at most 4 groups; kernels with
+// PackedKernels::prompt_claim_groups claim more: the AVX2 F16 / BF16 prompt kernel reads every
+// activation row (floats) again in each call, so 4-group claims read the activations more than the
+// weights (gemm_float_avx2.cpp). Generation (one activation tile): half the region, at most 32
+// groups; WorkRegions::claim halves what is left for the owner as its region runs out, so the
+// threads still end within about one group of each other. The weights' requests run ahead
+// across claims (the region is contiguous), so a claim's size does not break the stream, but each
+// claim costs an atomic on the region's line and a kernel call: 4-group claims (~6,700 a token of
+// the 1b llama) were 0.6% of generation's time (AMX Xeon, 2 threads, 1b Q4_0, bench/ab_builds
+// 200 steps both orders, twice: B/A time 0.9991 / 1.0112 and 0.9967 / 1.0084).
 int64_t matmul_chunk_groups(int64_t n_groups, int nth, int64_t rows, int prompt_claim_groups) {
-    if (prompt_claim_groups > 0 && rows > kActTile) {  // about 4 claims per region, at most prompt_claim_groups
-        return std::clamp<int64_t>(n_groups / (4 * static_cast<int64_t>(nth)), 1, prompt_claim_groups);
+    if (rows > kActTile) {
+        if (prompt_claim_groups > 0) return std::clamp<int64_t>(n_groups / (4 * static_cast<int64_t>(nth)), 1, prompt_claim_groups);
+        return std::clamp<int64_t>(n_groups / (8 * static_cast<int64_t>(nth)), 1, 4);
     }
-    return std::clamp<int64_t>(n_groups / (8 * static_cast<int64_t>(nth)), 1, 4);
+    return std::clamp<int64_t>(n_groups / (2 * static_cast<int64_t>(nth)), 1, 32);
 }
 
 // The activation format node t would quantize its input into (packed weights only).

@@ -33,7 +33,9 @@ public:
     }
 
     // The next items [i0, i1) for thread ith; false when every region is done. own_chunk: items
-    // per claim from the thread's own region.
+    // per claim from the thread's own region, at most half of what is left there (at least one):
+    // what an owner has claimed no other thread can take, so its last claims shrink and a thread
+    // done early still finds items to take while the owner works through its own.
     bool claim(int ith, int64_t own_chunk, int64_t& i0, int64_t& i1) {
         if (ith < nth_ && take(r_[ith], own_chunk, false, i0, i1)) return true;
         for (;;) {  // steal one item from the back of the region with the most left
@@ -65,6 +67,7 @@ private:
         for (;;) {
             const int64_t f = front(v), b = back(v);
             if (f >= b) return false;
+            if (!from_back) n = std::min(n, std::max<int64_t>(1, (b - f) / 2));  // see claim
             const int64_t f2 = from_back ? f : std::min(b, f + n), b2 = from_back ? std::max(f, b - n) : b;
             if (r.range.compare_exchange_weak(v, pack(f2, b2), std::memory_order_relaxed)) {
                 i0 = from_back ? b2 : f;
