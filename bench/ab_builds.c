@@ -20,7 +20,9 @@
  * PROMPT > 1: each step decodes a PROMPT-token batch from an empty cache (prompt speed);
  * otherwise one token per step at positions DEPTH..DEPTH+255, the cache trimmed back to DEPTH
  * every 256 (generation). DEPTH > 0: the cache is first filled with DEPTH tokens (untimed, in
- * 512-token batches), as kiln-bench -d does; prompts then decode after them. */
+ * 512-token batches), as kiln-bench -d does; prompts then decode after them.
+ * Environment: AB_CPU_MASK_A / AB_CPU_MASK_B (hexadecimal CPU masks, as -C) place that build's
+ * threads, each alone on one CPU of the mask unless AB_CPU_STRICT_A / _B is 0. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -123,6 +125,15 @@ int main(int argc, char** argv) {
         cp.n_batch = cp.n_ubatch = 512;
         cp.n_threads = threads;
         cp.matmul_precision = precision[i];
+        /* AB_CPU_MASK_A / AB_CPU_MASK_B: that build's threads placed on the mask's CPUs, each alone
+         * on one (cpu_strict) unless AB_CPU_STRICT_A / _B is 0: the same library in both slots
+         * then compares placements. */
+        const char* mask = getenv(i == 0 ? "AB_CPU_MASK_A" : "AB_CPU_MASK_B");
+        if (mask && *mask) {
+            const char* strict = getenv(i == 0 ? "AB_CPU_STRICT_A" : "AB_CPU_STRICT_B");
+            cp.cpu_mask = mask;
+            cp.cpu_strict = !(strict && strcmp(strict, "0") == 0);
+        }
         ctx[i] = b[i].context_new(model, cp);
         if (!ctx[i]) {
             fprintf(stderr, "ab_builds: %s: %s\n", path, b[i].last_error());
